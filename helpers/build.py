@@ -1,0 +1,101 @@
+"""Compile a Relax module, run it on the VirtualMachine, check it against PyTorch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax
+
+from .errors import InputShapeError
+from .machine import cpu_target, require_gpu
+from .models import ImportedModel
+
+
+def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
+    """The device a target's code runs on; a clear error for CUDA without a GPU."""
+    if target.kind.name == "cuda":
+        require_gpu("Running a CUDA module")
+        return tvm.cuda(0)
+    return tvm.cpu(0)
+
+
+def to_numpy(value) -> np.ndarray:
+    """A VM result (a tensor, or a one-element tuple of them) as a NumPy array."""
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    if len(value) == 1:
+        return to_numpy(value[0])
+    raise TypeError(f"expected one output tensor, got {len(value)}")
+
+
+@dataclass
+class CompiledModel:
+    """A built module on its device, callable like the PyTorch model it came from."""
+
+    executable: tvm.runtime.Executable
+    vm: relax.VirtualMachine
+    device: tvm.runtime.Device
+    params: list
+    input_shape: tuple[int, ...]
+    input_dtype: str
+    target: tvm.target.Target
+
+    def to_device(self, x) -> tvm.runtime.Tensor:
+        """Check the input against the compiled signature and copy it to the device."""
+        array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        if tuple(array.shape) != tuple(self.input_shape) or str(array.dtype) != self.input_dtype:
+            raise InputShapeError(
+                f"This module was compiled for input {self.input_shape} {self.input_dtype}, "
+                f"but got {tuple(array.shape)} {array.dtype}. Shapes are static in the compiled "
+                "code: import and compile again with an example of the shape you need."
+            )
+        return tvm.runtime.tensor(array, self.device)
+
+    def run_on_device(self, x: tvm.runtime.Tensor):
+        """One inference on an input already on the device (what benchmarks time)."""
+        return self.vm["main"](x, *self.params)
+
+    def __call__(self, x) -> np.ndarray:
+        return to_numpy(self.run_on_device(self.to_device(x)))
+
+
+def compile_model(
+    imported: ImportedModel,
+    target: tvm.target.Target | None = None,
+    pipeline: str | tvm.transform.Pass = "default",
+) -> CompiledModel:
+    """tvm.compile the imported module for ``target`` (default: this CPU) and load it."""
+    target = target or cpu_target()
+    executable = tvm.compile(imported.mod, target=target, relax_pipeline=pipeline)
+    return load_executable(executable, imported, target)
+
+
+def load_executable(
+    executable: tvm.runtime.Executable, imported: ImportedModel, target: tvm.target.Target
+) -> CompiledModel:
+    """Wrap an executable built from ``imported`` (by any pipeline) for running."""
+    device = device_for(target)
+    params = [tvm.runtime.tensor(p.numpy(), device) for p in imported.params]
+    return CompiledModel(
+        executable=executable,
+        vm=relax.VirtualMachine(executable, device),
+        device=device,
+        params=params,
+        input_shape=imported.input_shape,
+        input_dtype=imported.input_dtype,
+        target=target,
+    )
+
+
+def check_parity(
+    compiled: CompiledModel, model: torch.nn.Module, x: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-4
+) -> float:
+    """Assert TVM matches PyTorch on ``x``; return the max abs difference."""
+    with torch.no_grad():
+        expected = model(x).numpy()
+    actual = compiled(x)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg="TVM output differs from PyTorch")
+    return float(np.abs(actual - expected).max())

@@ -1,0 +1,28 @@
+"""Errors the course raises on bad input.
+
+Every message says what was wrong and what to do about it, so a learner (or the
+grader's feedback) can act on it without reading a traceback.
+"""
+
+
+class CourseError(Exception):
+    """Base class: bad input to a course helper."""
+
+
+class UnknownModelError(CourseError, KeyError):
+    """A model name the course does not know."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class InputShapeError(CourseError, ValueError):
+    """An input tensor with the wrong shape or dtype for the model."""
+
+
+class NoGPUError(CourseError, RuntimeError):
+    """A GPU was asked for on a machine that has none."""
+
+
+class TuningDatabaseError(CourseError, FileNotFoundError):
+    """A tuning database that is missing or does not fit the module or target."""

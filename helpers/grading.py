@@ -1,0 +1,115 @@
+"""The instructor's nbgrader pipeline: generate, submit, autograde, read scores.
+
+Each step runs the real ``nbgrader`` command on a course directory (the repo,
+or a scratch copy in tests) with its real sqlite gradebook.
+
+    python -m helpers.grading generate          # solutions/ -> notebooks/
+    python -m helpers.grading autograde DAY     # grade submitted/*/DAY
+    python -m helpers.grading scores DAY        # print each student's score
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE = "solutions"
+RELEASE = "notebooks"
+
+
+def assignments(course: Path = REPO) -> list[str]:
+    """Assignment names: the folders of solutions/ that hold a notebook of the same name."""
+    root = course / SOURCE
+    return sorted(p.name for p in root.iterdir() if (p / f"{p.name}.ipynb").exists())
+
+
+def _env() -> dict[str, str]:
+    # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def nbgrader(*args: str, course: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``nbgrader ARGS`` in the course directory, with the course's config."""
+    cmd = [str(Path(sys.executable).parent / "nbgrader"), *args]
+    proc = subprocess.run(cmd, cwd=course, env=_env(), capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"`nbgrader {' '.join(args)}` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def scratch_course(dest: Path, names: list[str] | None = None) -> Path:
+    """A copy of the course (config and sources) in ``dest``, for tests and dry runs."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "nbgrader_config.py", dest / "nbgrader_config.py")
+    for name in names or assignments():
+        shutil.copytree(REPO / SOURCE / name, dest / SOURCE / name, dirs_exist_ok=True)
+    return dest
+
+
+def generate(name: str | None = None, course: Path = REPO) -> None:
+    """Write the student version(s) into notebooks/ from solutions/."""
+    for assignment in [name] if name else assignments(course):
+        nbgrader("generate_assignment", assignment, "--force", course=course)
+
+
+def submit(course: Path, assignment: str, student: str, notebook: Path) -> Path:
+    """Place ``notebook`` as ``student``'s submission (what `nbgrader collect` would do)."""
+    dest = course / "submitted" / student / assignment
+    dest.mkdir(parents=True, exist_ok=True)
+    target = dest / f"{assignment}.ipynb"
+    shutil.copy(notebook, target)
+    return target
+
+
+def autograde(assignment: str, course: Path = REPO, student: str | None = None) -> None:
+    """Execute and grade the submissions; hidden and edited tests come back from the gradebook."""
+    extra = ["--student", student] if student else []
+    nbgrader("autograde", assignment, "--force", *extra, course=course)
+
+
+@dataclass(frozen=True)
+class Score:
+    student: str
+    score: float
+    max_score: float
+
+
+def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
+    """Each student's autograded score for ``assignment``, read from the gradebook."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        result = {}
+        for sub in gb.assignment_submissions(assignment):
+            result[sub.student_id] = Score(sub.student_id, float(sub.score), float(sub.max_score))
+        return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.grading", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("generate").add_argument("assignment", nargs="?")
+    sub.add_parser("autograde").add_argument("assignment")
+    sub.add_parser("scores").add_argument("assignment")
+    args = parser.parse_args(argv)
+    if args.command == "generate":
+        generate(args.assignment)
+    elif args.command == "autograde":
+        autograde(args.assignment)
+    else:
+        for s in scores(args.assignment).values():
+            print(f"{s.student}: {s.score:g} / {s.max_score:g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

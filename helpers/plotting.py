@@ -1,0 +1,78 @@
+"""The course's plots: every one with a title, labelled axes and units."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+
+from .profiling import Profile
+from .timing import Timing
+
+
+def _by_backend(timings: Sequence[Timing]) -> dict[str, list[Timing]]:
+    series: dict[str, list[Timing]] = defaultdict(list)
+    for t in timings:
+        series[t.label].append(t)
+    return {label: sorted(ts, key=lambda t: t.batch) for label, ts in series.items()}
+
+
+def plot_sweep(timings: Sequence[Timing], title: str = "Batch-size sweep", machine: str | None = None):
+    """Latency (median with interquartile range) and throughput against batch size."""
+    fig, (lat, thr) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, ts in _by_backend(timings).items():
+        batches = [t.batch for t in ts]
+        lat.errorbar(
+            batches,
+            [t.median_ms for t in ts],
+            yerr=[[t.median_ms - t.q1_ms for t in ts], [t.q3_ms - t.median_ms for t in ts]],
+            marker="o",
+            capsize=3,
+            label=label,
+        )
+        thr.plot(batches, [t.images_per_s for t in ts], marker="o", label=label)
+    for ax, ylabel in ((lat, "latency per batch (ms, median, IQR bars)"), (thr, "throughput (images/s)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    lat.set_yscale("log")
+    fig.suptitle(title + (f"\n{machine}" if machine else ""))
+    fig.tight_layout()
+    return fig
+
+
+def plot_profile(prof: Profile, k: int = 15, title: str = "Slowest kernels"):
+    """Horizontal bars of the ``k`` slowest kernels, coloured by operator type."""
+    top = prof.top(k)[::-1]
+    ops = sorted({kt.op for kt in top})
+    colours = {op: plt.cm.tab10(i % 10) for i, op in enumerate(ops)}
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(top) + 1.5))
+    ax.barh([f"{kt.name} (x{kt.calls})" for kt in top], [kt.ms for kt in top], color=[colours[kt.op] for kt in top])
+    for op, colour in colours.items():
+        ax.bar(0, 0, color=colour, label=op)
+    ax.set_xlabel("time per inference (ms, median)")
+    ax.set_title(f"{title}: {prof.kernel_ms:.1f} ms in kernels of {prof.end_to_end_ms:.1f} ms end to end")
+    ax.legend(title="operator", loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_speedups(timings: Sequence[Timing], baseline: str, title: str = "Speedup over the baseline"):
+    """Bars of baseline median / backend median at one batch size (>1 is faster)."""
+    base = {t.batch: t.median_ms for t in timings if t.label == baseline}
+    if not base:
+        raise ValueError(f"No timing labelled {baseline!r}; labels are {sorted({t.label for t in timings})}.")
+    others = [t for t in timings if t.batch in base]
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    labels = [f"{t.label} (b={t.batch})" if len(base) > 1 else t.label for t in others]
+    speedups = [base[t.batch] / t.median_ms for t in others]
+    bars = ax.bar(labels, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
+    ax.bar_label(bars, fmt="%.2fx")
+    ax.axhline(1.0, color="black", linewidth=1)
+    ax.set_ylabel(f"speedup over {baseline} (x)")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

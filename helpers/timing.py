@@ -1,0 +1,138 @@
+"""One timing method for every backend: warm-up, repeats, medians and spread.
+
+Backends are measured interleaved, one call of each per round, so that a
+background burst on a small machine hits all of them alike and the ratios
+between them stay honest even when the absolute times move.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .build import CompiledModel
+from .config import pick
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency of one backend at one batch size, in milliseconds."""
+
+    label: str
+    batch: int
+    times_ms: list[float] = field(repr=False)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def q1_ms(self) -> float:
+        return _quantile(self.times_ms, 0.25)
+
+    @property
+    def q3_ms(self) -> float:
+        return _quantile(self.times_ms, 0.75)
+
+    @property
+    def iqr_ms(self) -> float:
+        """Spread: the interquartile range (robust to a few slow outliers)."""
+        return self.q3_ms - self.q1_ms
+
+    @property
+    def images_per_s(self) -> float:
+        return self.batch / self.median_ms * 1000.0
+
+    def as_record(self) -> dict:
+        """A plain dict for tables, JSON and plots."""
+        return {
+            "backend": self.label,
+            "batch": self.batch,
+            "median_ms": self.median_ms,
+            "q1_ms": self.q1_ms,
+            "q3_ms": self.q3_ms,
+            "iqr_ms": self.iqr_ms,
+            "min_ms": min(self.times_ms),
+            "max_ms": max(self.times_ms),
+            "repeats": len(self.times_ms),
+            "images_per_s": self.images_per_s,
+        }
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=4, method="inclusive")[{0.25: 0, 0.75: 2}[q]]
+
+
+def measure(
+    backends: Mapping[str, Callable[[], object]],
+    batch: int = 1,
+    warmup: int | None = None,
+    repeats: int | None = None,
+    sync: Callable[[], None] | None = None,
+) -> list[Timing]:
+    """Time each zero-argument callable, interleaved round by round.
+
+    ``sync`` is called after every call (e.g. ``torch.cuda.synchronize`` or a TVM
+    device's ``sync``) so that asynchronous GPU work is inside the measured time.
+    """
+    warmup = pick(3, 1) if warmup is None else warmup
+    repeats = pick(20, 5) if repeats is None else repeats
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}.")
+    sync = sync or (lambda: None)
+    for fn in backends.values():
+        for _ in range(warmup):
+            fn()
+            sync()
+    times: dict[str, list[float]] = {name: [] for name in backends}
+    for _ in range(repeats):
+        for name, fn in backends.items():
+            start = time.perf_counter()
+            fn()
+            sync()
+            times[name].append((time.perf_counter() - start) * 1000.0)
+    return [Timing(name, batch, t) for name, t in times.items()]
+
+
+def torch_runner(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], object]:
+    """A zero-argument call of a PyTorch model (eager or torch.compile'd) in inference mode."""
+
+    def run():
+        with torch.inference_mode():
+            return model(x)
+
+    return run
+
+
+def tvm_runner(compiled: CompiledModel, x) -> Callable[[], object]:
+    """A zero-argument call of a compiled TVM model; the input is copied to the device once."""
+    on_device = compiled.to_device(x)
+
+    def run():
+        out = compiled.run_on_device(on_device)
+        compiled.device.sync()
+        return out
+
+    return run
+
+
+def table(timings: Sequence[Timing], baseline: str | None = None):
+    """A pandas table of the timings; with ``baseline``, a speedup column against it.
+
+    Speedup > 1 means faster than the baseline at the same batch size.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame([t.as_record() for t in timings])
+    if baseline is not None:
+        base = frame[frame.backend == baseline].set_index("batch")["median_ms"]
+        if base.empty:
+            raise ValueError(f"No timing labelled {baseline!r}; labels are {sorted(set(frame.backend))}.")
+        frame["speedup_vs_" + baseline.replace(" ", "_")] = frame.batch.map(base) / frame.median_ms
+    return frame.round(3)

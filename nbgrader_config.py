@@ -1,0 +1,27 @@
+"""nbgrader configuration for the course (the repo root is the course directory).
+
+solutions/<day>/<day>.ipynb are the instructor sources; `make student` runs
+`nbgrader generate_assignment` to write notebooks/<day>/<day>.ipynb, the
+student versions learners open. Submissions, autograded copies, feedback and
+the gradebook stay out of git (see .gitignore).
+"""
+
+c = get_config()  # noqa: F821  (provided by nbgrader)
+
+c.CourseDirectory.course_id = "tvm-course"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+
+# What a learner sees in place of a solution.
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+
+# Student versions carry no outputs.
+c.ClearOutput.enabled = True
+
+# Autograding on the 2-core machine: a cell that runs longer than this is an
+# infinite loop or a far too large workload; it costs only its own exercise.
+c.Execute.timeout = 300
+c.Execute.interrupt_on_timeout = True
+c.Execute.allow_errors = True
+c.Execute.kernel_name = "tvm-course"
