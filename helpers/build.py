@@ -67,8 +67,13 @@ def compile_model(
     target: tvm.target.Target | None = None,
     pipeline: str | tvm.transform.Pass = "default",
 ) -> CompiledModel:
-    """tvm.compile the imported module for ``target`` (default: this CPU) and load it."""
+    """tvm.compile the imported module for ``target`` (default: this CPU) and load it to run.
+
+    To only generate code for a device this machine lacks (CUDA without a GPU),
+    call ``tvm.compile`` directly: there is nothing to load it on.
+    """
     target = target or cpu_target()
+    device_for(target)  # fail before a long compile when the device is missing
     executable = tvm.compile(imported.mod, target=target, relax_pipeline=pipeline)
     return load_executable(executable, imported, target)
 

@@ -76,6 +76,8 @@ def autograde(assignment: str, course: Path = REPO, student: str | None = None) 
 
 @dataclass(frozen=True)
 class Score:
+    """Autograded points (code cells); written answers wait for an instructor and are not counted."""
+
     student: str
     score: float
     max_score: float
@@ -88,7 +90,7 @@ def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         result = {}
         for sub in gb.assignment_submissions(assignment):
-            result[sub.student_id] = Score(sub.student_id, float(sub.score), float(sub.max_score))
+            result[sub.student_id] = Score(sub.student_id, float(sub.code_score), float(sub.max_code_score))
         return result
 
 

@@ -1,0 +1,43 @@
+# The course's single entry point. The README's two commands:
+#   make lab    build the environment if needed, then open the course in JupyterLab
+#   make test   build the environment if needed, then run the whole test suite (what CI runs)
+# Everything installs from requirements.txt, the one list of pins.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(abspath $(VENV))/bin
+READY  := $(VENV)/.course-env-ready
+KERNEL := tvm-course
+# nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
+export PATH := $(BIN):$(PATH)
+
+.PHONY: env lab test student outputs clean-env
+
+env: $(READY)
+
+$(READY): requirements.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "The course needs Python 3.11 (the pins are for it); found %d.%d. Set PYTHON=/path/to/python3.11." % v)'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet pip==26.3
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "TVM course (Python 3.11)"
+	@touch $@
+
+lab: env
+	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+
+# TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
+test: env
+	TVM_COURSE_QUICK=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).
+student: env
+	$(BIN)/python -m helpers.grading generate
+
+# Re-execute a changed source notebook and store the outputs nbval checks: make outputs NB=solutions/day01_import/day01_import.ipynb
+outputs: env
+	$(BIN)/python -m helpers.notebooks $(NB)
+
+clean-env:
+	rm -rf $(VENV)

@@ -1,0 +1,79 @@
+"""The grading gate: student notebooks are generated from solutions/, and autograding
+on a real gradebook gives the solution full marks and the blank release zero."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import grading
+
+REPO = grading.REPO
+ASSIGNMENTS = grading.assignments()
+
+
+def _cells(path: Path) -> list[dict]:
+    nb = json.loads(path.read_text())
+    return [{k: c.get(k) for k in ("cell_type", "source", "metadata", "outputs")} for c in nb["cells"]]
+
+
+def test_every_day_has_a_source_and_a_student_version():
+    assert "day00_environment" in ASSIGNMENTS
+    released = sorted(p.name for p in (REPO / grading.RELEASE).iterdir() if p.is_dir())
+    assert released == ASSIGNMENTS, "notebooks/ and solutions/ hold different days: run `make student`"
+
+
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    course = grading.scratch_course(tmp_path_factory.mktemp("course"))
+    grading.generate(course=course)
+    return course
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_student_notebooks_are_exactly_what_the_sources_generate(regenerated, assignment):
+    fresh = regenerated / grading.RELEASE / assignment / f"{assignment}.ipynb"
+    committed = REPO / grading.RELEASE / assignment / f"{assignment}.ipynb"
+    assert _cells(committed) == _cells(fresh), f"{committed} is stale or edited by hand: run `make student`"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_sources_use_the_course_kernel_and_have_graded_exercises(assignment):
+    nb = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
+    assert nb.metadata["kernelspec"]["name"] == "tvm-course"
+    graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert graded, f"{assignment} has no graded cell"
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution") and cell.cell_type == "code":
+            assert "### BEGIN SOLUTION" in cell.source, f"{meta['grade_id']}: a solution cell without a solution block"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_autograde_gives_solution_full_marks_and_blank_zero(regenerated, assignment):
+    course = regenerated
+    grading.submit(course, assignment, "solution", course / grading.SOURCE / assignment / f"{assignment}.ipynb")
+    grading.submit(course, assignment, "blank", course / grading.RELEASE / assignment / f"{assignment}.ipynb")
+    grading.autograde(assignment, course)
+    got = grading.scores(assignment, course)
+    sol, blank = got["solution"], got["blank"]
+    assert sol.max_score > 0
+    assert sol.score == sol.max_score, f"the solution scored {sol.score}/{sol.max_score}: " + _failures(course, assignment, "solution")
+    # manually graded cells (written answers) are not autograded: the blank release must get no automatic points
+    assert blank.score == 0, f"the blank release scored {blank.score}: " + _failures(course, assignment, "blank")
+
+
+def _failures(course: Path, assignment: str, student: str) -> str:
+    """The test cells that failed in an autograded notebook, with their error, for the assertion message."""
+    path = course / "autograded" / student / assignment / f"{assignment}.ipynb"
+    if not path.exists():
+        return f"(no autograded notebook at {path})"
+    nb = nbformat.read(path, as_version=4)
+    bad = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" or out.get("name") == "stderr":
+                bad.append(f"{meta.get('grade_id', '?')}: {out.get('ename', 'stderr')} {out.get('evalue', out.get('text', ''))[:300]}")
+    return "; ".join(bad) or "(no error output found)"

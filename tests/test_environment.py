@@ -1,0 +1,84 @@
+"""The environment is described once (requirements.txt) and everything installs that list."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from helpers import envcheck
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_requirements_pin_every_package_exactly():
+    lines = [l.split("#")[0].strip() for l in (REPO / "requirements.txt").read_text().splitlines()]
+    reqs = [l for l in lines if l]
+    assert reqs, "requirements.txt is empty"
+    loose = [r for r in reqs if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", r)]
+    assert not loose, f"unpinned requirements: {loose}"
+    pins = envcheck.pinned_versions()
+    assert pins["apache-tvm-ffi"] == "0.1.14.post1", "0.1.15.post2 segfaults when MetaSchedule tunes"
+
+
+def test_installed_versions_are_the_pins():
+    from importlib.metadata import version
+
+    wrong = {n: (v, version(n)) for n, v in envcheck.pinned_versions().items() if version(n) != v}
+    assert not wrong, f"installed versions differ from requirements.txt (pinned, installed): {wrong}"
+
+
+def test_conda_environment_installs_the_same_list():
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    deps = env["dependencies"]
+    assert "python=3.11" in deps
+    pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
+    assert "-r requirements.txt" in pip_section
+    assert not [d for d in deps if isinstance(d, str) and d not in ("python=3.11", "pip")], \
+        "environment.yml must not pin packages of its own: they would drift from requirements.txt"
+
+
+def test_dockerfile_installs_the_same_list_and_lints_clean():
+    text = (REPO / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.11[.\d]*-", text, re.M)
+    assert "pip install --no-cache-dir -r requirements.txt" in text
+    assert not re.search(r"pip install [^\n]*==", text.replace("pip==", "")), "the Dockerfile must not pin packages itself"
+    assert "--name tvm-course" in text
+    hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    result = subprocess.run([hadolint, str(REPO / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_makefile_builds_from_the_same_list_and_registers_the_kernel():
+    text = (REPO / "Makefile").read_text()
+    assert "-r requirements.txt" in text
+    assert "ipykernel install --sys-prefix --name $(KERNEL)" in text and "KERNEL := tvm-course" in text
+
+
+def test_course_kernel_is_this_environment():
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("tvm-course")
+    assert Path(spec.argv[0]).resolve().parent == Path(sys.executable).resolve().parent
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "make test" in readme and "make lab" in readme
+    assert re.search(r"^make test$", ci, re.M)
+
+
+def test_environment_check_passes_here(capsys):
+    assert envcheck.report(), capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "All set" in out
+
+
+def test_environment_check_gives_advice_for_a_missing_or_wrong_package():
+    checks = envcheck.package_checks({"apache-tvm": "0.0.1", "torch": envcheck.pinned_versions()["torch"]})
+    bad = {c.name: c for c in checks if not c.ok}
+    assert set(bad) == {"apache-tvm"}
+    assert "0.0.1" in bad["apache-tvm"].advice and "make env" in bad["apache-tvm"].advice

@@ -1,0 +1,31 @@
+import pytest
+
+from helpers import models, profiling
+
+
+def test_kernel_times_add_up_to_the_end_to_end_time(mobilenet_compiled):
+    prof = profiling.profile(mobilenet_compiled, models.example_input(), repeats=3)
+    assert len(prof.kernels) > 20
+    # the hook's own cost and the VM's bookkeeping sit between the two; 25 % is the bound the course promises
+    assert prof.kernel_ms == pytest.approx(prof.end_to_end_ms, rel=0.25)
+    shares = prof.share_by_op()
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert next(iter(shares)) == "conv2d", f"MobileNetV2's time should be mostly convolutions: {shares}"
+    top = prof.top(5)
+    assert [k.ms for k in top] == sorted((k.ms for k in prof.kernels), reverse=True)[:5]
+
+
+def test_profile_round_trips_through_json(tiny_compiled, tiny_input, tmp_path):
+    prof = profiling.profile(tiny_compiled, tiny_input, repeats=2)
+    prof.save(tmp_path / "p.json")
+    again = profiling.Profile.load(tmp_path / "p.json")
+    assert again.top(3) == prof.top(3)
+    assert again.end_to_end_ms == prof.end_to_end_ms
+    assert again.share_by_op() == prof.share_by_op()
+
+
+def test_profiling_leaves_the_vm_unhooked(tiny_compiled, tiny_input):
+    profiling.profile(tiny_compiled, tiny_input, repeats=1)
+    seen = []
+    tiny_compiled(tiny_input)  # would fail or record if a hook were still installed
+    assert seen == []

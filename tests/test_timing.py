@@ -1,0 +1,56 @@
+import time
+
+import pytest
+
+from helpers import timing
+
+
+def test_measure_reports_median_and_spread_per_backend():
+    calls = {"fast": 0, "slow": 0}
+
+    def fast():
+        calls["fast"] += 1
+        time.sleep(0.001)
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.004)
+
+    results = timing.measure({"fast": fast, "slow": slow}, batch=8, warmup=2, repeats=7)
+    by = {t.label: t for t in results}
+    assert calls == {"fast": 9, "slow": 9}  # warm-up + repeats
+    assert len(by["fast"].times_ms) == 7
+    assert by["slow"].median_ms > by["fast"].median_ms * 2  # a ratio measured in one run
+    assert by["fast"].q1_ms <= by["fast"].median_ms <= by["fast"].q3_ms
+    assert by["fast"].images_per_s == pytest.approx(8 / by["fast"].median_ms * 1000)
+    assert set(by["fast"].as_record()) >= {"backend", "batch", "median_ms", "iqr_ms", "images_per_s"}
+
+
+def test_sync_runs_after_every_call():
+    log = []
+    timing.measure({"a": lambda: log.append("call")}, warmup=1, repeats=3, sync=lambda: log.append("sync"))
+    assert log == ["call", "sync"] * 4
+
+
+def test_zero_repeats_is_an_error():
+    with pytest.raises(ValueError, match="repeats"):
+        timing.measure({"a": lambda: None}, repeats=0)
+
+
+def test_table_speedup_against_baseline():
+    ts = [timing.Timing("eager", 1, [10.0]), timing.Timing("tvm", 1, [5.0]), timing.Timing("tvm", 4, [8.0]),
+          timing.Timing("eager", 4, [40.0])]
+    frame = timing.table(ts, baseline="eager")
+    speed = dict(zip(zip(frame.backend, frame.batch), frame.speedup_vs_eager))
+    assert speed[("tvm", 1)] == 2.0 and speed[("tvm", 4)] == 5.0 and speed[("eager", 1)] == 1.0
+    with pytest.raises(ValueError, match="No timing labelled 'torch'"):
+        timing.table(ts, baseline="torch")
+
+
+def test_runners_time_real_backends(tiny_model, tiny_compiled, tiny_input):
+    results = timing.measure(
+        {"eager": timing.torch_runner(tiny_model, tiny_input), "tvm": timing.tvm_runner(tiny_compiled, tiny_input)},
+        batch=2, warmup=1, repeats=3,
+    )
+    assert [t.label for t in results] == ["eager", "tvm"]
+    assert all(t.median_ms > 0 for t in results)
