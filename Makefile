@@ -11,7 +11,7 @@ KERNEL := tvm-course
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env lab test student outputs clean-env
+.PHONY: env lab test student outputs submit autograde feedback grades clean-env
 
 env: $(READY)
 
@@ -38,6 +38,17 @@ student: env
 # Re-execute a changed source notebook and store the outputs nbval checks: make outputs NB=solutions/day01_import/day01_import.ipynb
 outputs: env
 	$(BIN)/python -m helpers.notebooks $(NB)
+
+# The instructor's workflow on the repo's own gradebook (see README, "For instructors").
+submit: env
+	$(BIN)/python -m helpers.grading submit $(DAY) $(STUDENT) $(NB)
+autograde: env
+	$(BIN)/python -m helpers.grading autograde $(DAY)
+	$(BIN)/python -m helpers.grading scores $(DAY)
+feedback: env
+	$(BIN)/python -m helpers.grading feedback $(DAY)
+grades: env
+	$(BIN)/python -m helpers.grading export grades.csv
 
 clean-env:
 	rm -rf $(VENV)

@@ -3,9 +3,12 @@
 Each step runs the real ``nbgrader`` command on a course directory (the repo,
 or a scratch copy in tests) with its real sqlite gradebook.
 
-    python -m helpers.grading generate          # solutions/ -> notebooks/
-    python -m helpers.grading autograde DAY     # grade submitted/*/DAY
-    python -m helpers.grading scores DAY        # print each student's score
+    python -m helpers.grading generate [DAY]            # solutions/ -> notebooks/
+    python -m helpers.grading submit DAY STUDENT FILE   # place a student's notebook
+    python -m helpers.grading autograde DAY             # grade submitted/*/DAY
+    python -m helpers.grading scores DAY                # print each student's score
+    python -m helpers.grading feedback DAY              # feedback/<student>/DAY/*.html
+    python -m helpers.grading export [grades.csv]       # every grade as CSV
 """
 
 from __future__ import annotations
@@ -68,10 +71,29 @@ def submit(course: Path, assignment: str, student: str, notebook: Path) -> Path:
     return target
 
 
-def autograde(assignment: str, course: Path = REPO, student: str | None = None) -> None:
-    """Execute and grade the submissions; hidden and edited tests come back from the gradebook."""
+def autograde(assignment: str, course: Path = REPO, student: str | None = None, cell_timeout: int | None = None) -> None:
+    """Execute and grade the submissions; hidden and edited tests come back from the gradebook.
+
+    ``cell_timeout`` (seconds) overrides the course's per-cell limit (nbgrader_config.py): a
+    cell that runs longer, an infinite loop say, is interrupted and costs only its own points.
+    """
     extra = ["--student", student] if student else []
+    if cell_timeout is not None:
+        extra.append(f"--Execute.timeout={cell_timeout}")
     nbgrader("autograde", assignment, "--force", *extra, course=course)
+
+
+def feedback(assignment: str, course: Path = REPO) -> list[Path]:
+    """HTML feedback for every autograded submission: feedback/<student>/<assignment>/<nb>.html."""
+    nbgrader("generate_feedback", assignment, "--force", course=course)
+    return sorted((course / "feedback").glob(f"*/{assignment}/*.html"))
+
+
+def export_grades(csv_path: Path | None = None, course: Path = REPO) -> Path:
+    """Every student's grade on every assignment, as CSV (nbgrader export)."""
+    csv_path = Path(csv_path or course / "grades.csv").resolve()
+    nbgrader("export", f"--to={csv_path}", course=course)
+    return csv_path
 
 
 @dataclass(frozen=True)
@@ -94,19 +116,39 @@ def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
         return result
 
 
+def cell_scores(assignment: str, student: str, course: Path = REPO) -> dict[str, float]:
+    """Points per graded cell (by grade_id) of one student's autograded submission."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        sub = gb.find_submission(assignment, student)
+        return {g.name: float(g.score) for nb in sub.notebooks for g in nb.grades}
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m helpers.grading", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("generate").add_argument("assignment", nargs="?")
-    sub.add_parser("autograde").add_argument("assignment")
-    sub.add_parser("scores").add_argument("assignment")
+    submit_cmd = sub.add_parser("submit")
+    for arg in ("assignment", "student", "notebook"):
+        submit_cmd.add_argument(arg)
+    for name in ("autograde", "scores", "feedback"):
+        sub.add_parser(name).add_argument("assignment")
+    sub.add_parser("export").add_argument("csv", nargs="?")
     args = parser.parse_args(argv)
     if args.command == "generate":
         generate(args.assignment)
+    elif args.command == "submit":
+        print(submit(REPO, args.assignment, args.student, Path(args.notebook)))
     elif args.command == "autograde":
         autograde(args.assignment)
+    elif args.command == "feedback":
+        for path in feedback(args.assignment):
+            print(path)
+    elif args.command == "export":
+        print(export_grades(Path(args.csv) if args.csv else None))
     else:
         for s in scores(args.assignment).values():
             print(f"{s.student}: {s.score:g} / {s.max_score:g}")

@@ -1,0 +1,106 @@
+"""Autograding that survives real students, on Day 0 (two exercises, 2 points each).
+
+Each submission is made here from the real source and student notebooks, graded by
+the real nbgrader on a sqlite gradebook in one autograde run, and checked cell by cell.
+"""
+
+import csv
+import copy
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from helpers import grading
+
+DAY = "day00_environment"
+EX1, EX2 = "test_float32_lanes", "test_peak_gflops"
+
+
+def _grade_id(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _cell(nb, grade_id):
+    return next(c for c in nb.cells if _grade_id(c) == grade_id)
+
+
+def _without(nb, grade_id):
+    nb = copy.deepcopy(nb)
+    nb.cells = [c for c in nb.cells if _grade_id(c) != grade_id]
+    return nb
+
+
+def _with_source(nb, grade_id, source):
+    nb = copy.deepcopy(nb)
+    _cell(nb, grade_id).source = source
+    return nb
+
+
+def submissions(solution, blank) -> dict[str, tuple[object, dict[str, float]]]:
+    """student -> (notebook, expected points per test cell)."""
+    right_ex1 = _cell(solution, "float32_lanes").source
+    return {
+        "solution": (solution, {EX1: 2, EX2: 2}),
+        "blank": (blank, {EX1: 0, EX2: 0}),
+        # first exercise solved, second left as released: exactly the first exercise's points
+        "partial": (_with_source(blank, "float32_lanes", right_ex1), {EX1: 2, EX2: 0}),
+        # an infinite loop in the second exercise: interrupted, the run finishes, only its points lost
+        "loops": (_with_source(solution, "peak_gflops", "while True:\n    pass"), {EX1: 2, EX2: 0}),
+        # an exception in the first exercise costs only the first exercise
+        "crashes": (_with_source(solution, "float32_lanes", "raise RuntimeError('oops')"), {EX1: 0, EX2: 2}),
+        # a wrong answer hidden by emptying the test cell: the test cell comes back from the gradebook
+        "edits_tests": (
+            _with_source(_with_source(solution, "float32_lanes", "def float32_lanes(target):\n    return 0"), EX1, "pass"),
+            {EX1: 0, EX2: 2},
+        ),
+        # a wrong answer hidden by deleting the test cell: the test still counts against it
+        "deletes_tests": (
+            _without(_with_source(solution, "peak_gflops", "def peak_gflops(*a, **k):\n    return 1.0"), EX2),
+            {EX1: 2, EX2: 0},
+        ),
+        # the learner deleted their own solution cell: only that exercise is lost
+        "deletes_solution": (_without(solution, "float32_lanes"), {EX1: 0, EX2: 2}),
+    }
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = grading.scratch_course(tmp_path_factory.mktemp("class"), [DAY])
+    grading.generate(DAY, course)
+    solution = nbformat.read(course / grading.SOURCE / DAY / f"{DAY}.ipynb", as_version=4)
+    blank = nbformat.read(course / grading.RELEASE / DAY / f"{DAY}.ipynb", as_version=4)
+    cases = submissions(solution, blank)
+    scratch = course / "incoming"
+    scratch.mkdir()
+    for student, (nb, _) in cases.items():
+        nbformat.write(nb, scratch / f"{student}.ipynb")
+        grading.submit(course, DAY, student, scratch / f"{student}.ipynb")
+    grading.autograde(DAY, course, cell_timeout=20)
+    return course, cases
+
+
+def test_each_submission_scores_exactly_the_exercises_it_got_right(graded):
+    course, cases = graded
+    totals = grading.scores(DAY, course)
+    for student, (_, expected) in cases.items():
+        got = grading.cell_scores(DAY, student, course)
+        assert {k: got.get(k, 0.0) for k in expected} == expected, student
+        assert totals[student].score == sum(expected.values()), student
+    assert 0 < totals["partial"].score < totals["solution"].score == totals["solution"].max_score
+
+
+def test_feedback_tells_the_learner_what_was_expected(graded):
+    course, _ = graded
+    pages = {p.parts[-3]: p.read_text() for p in grading.feedback(DAY, course)}
+    assert set(pages) >= {"solution", "partial", "edits_tests"}
+    # the restored visible test explains the wrong answer
+    assert "is not a SIMD width a real CPU has" in pages["edits_tests"]
+    assert "NotImplementedError" in pages["partial"]
+
+
+def test_grades_export_as_csv(graded, tmp_path):
+    course, cases = graded
+    rows = list(csv.DictReader(grading.export_grades(tmp_path / "grades.csv", course).open()))
+    by_student = {r["student_id"]: float(r["raw_score"]) for r in rows if r["assignment"] == DAY}
+    assert by_student == {s: float(sum(exp.values())) for s, (_, exp) in cases.items()}
