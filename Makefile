@@ -11,7 +11,7 @@ KERNEL := tvm-course
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env lab test student outputs submit autograde feedback grades clean-env
+.PHONY: env browser lab test student outputs submit autograde feedback grades clean-env
 
 env: $(READY)
 
@@ -24,11 +24,16 @@ $(READY): requirements.txt pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "TVM course (Python 3.11)"
 	@touch $@
 
+# The browser test drives JupyterLab in Debian's headless Chromium (installed here when run as root, as in CI).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
+	  || echo "chromium is missing and needs root to install (apt-get install chromium): the browser test will be skipped"
+
 lab: env
 	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
 
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
-test: env
+test: env browser
 	TVM_COURSE_QUICK=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).

@@ -62,6 +62,10 @@ def test_autograde_gives_solution_full_marks_and_blank_zero(regenerated, assignm
     assert sol.score == sol.max_score, f"the solution scored {sol.score}/{sol.max_score}: " + _failures(course, assignment, "solution")
     # manually graded cells (written answers) are not autograded: the blank release must get no automatic points
     assert blank.score == 0, f"the blank release scored {blank.score}: " + _failures(course, assignment, "blank")
+    graded = nbformat.read(course / "autograded" / "solution" / assignment / f"{assignment}.ipynb", as_version=4)
+    noisy = [c.metadata["nbgrader"]["grade_id"] for c in graded.cells
+             if c.metadata.get("nbgrader", {}).get("grade") and any(o.get("name") == "stderr" for o in c.get("outputs", []))]
+    assert not noisy, f"passing test cells wrote to stderr (nbgrader scores that as a failure): {noisy}"
 
 
 def _failures(course: Path, assignment: str, student: str) -> str:
