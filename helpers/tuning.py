@@ -1,0 +1,500 @@
+"""Tune a Relax module with MetaSchedule, then build it from the tuning database.
+
+Three things about MetaSchedule in TVM 0.27 shape this module:
+
+* ``LocalBuilder`` builds every batch of candidates in a fresh pool of worker
+  processes, and each worker imports ``tvm.s_tir.tensor_intrin`` (about 30 s on
+  a small machine), so builds hit the 30 s builder timeout and most candidates
+  fail. ``InProcessBuilder`` builds in this process instead: milliseconds each.
+* Importing ``tvm.s_tir.tensor_intrin`` at all (MetaSchedule's ``TuneContext``
+  does it) is slow because TVMScript's parser calls ``inspect.stack()`` for every
+  kernel it parses, and ``inspect`` rescans ``sys.modules`` for every stack frame
+  that is not a module file. With torch imported that takes 40 s or more; the
+  import here memoises that lookup and takes a few seconds.
+* ``MetaScheduleApplyDatabase`` looks records up by workload only: it would apply
+  a database tuned for another CPU without a word. ``apply_database`` keeps only
+  the records tuned for the target you build for, and says so when there are none.
+
+A tuning directory (``work_dir``) holds MetaSchedule's two JSON files,
+``database_workload.json`` (the kernels) and ``database_tuning_record.json``
+(the measured schedules, each with the target it was tuned for), and ``logs/``
+with MetaSchedule's own per-task logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import logging
+import math
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import tvm
+from tqdm import tqdm
+from tvm import relax
+from tvm.ir.utils import derived_object
+from tvm.s_tir import meta_schedule as ms
+from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder, local_builder
+from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+from .errors import CourseError, TuningDatabaseError
+
+WORKLOAD_FILE = "database_workload.json"
+RECORD_FILE = "database_tuning_record.json"
+LOG_DIR = "logs"
+
+# MetaSchedule's default evolutionary search keeps 512 candidates in its
+# population and measures up to 64 of them per round: 8 per measured trial.
+# Small budgets keep that ratio with a smaller population, because the search
+# costs time in proportion to the population, whatever the budget: on two cores,
+# one round for a small conv took about 3 s with 16 candidates, 13 s with 64.
+POPULATION_PER_TRIAL = 8
+MIN_POPULATION = 16
+MAX_TRIALS_PER_ROUND = 64
+# A measurement slower than this is MetaSchedule's marker for a failed candidate.
+FAILED_RUN_SECS = 1e9
+MS_LOGGER = "tvm.s_tir.meta_schedule"
+
+
+# --------------------------------------------------------------------------- setup
+
+
+@contextlib.contextmanager
+def _memoised_frame_modules() -> Iterator[None]:
+    """Let ``inspect.getmodule`` remember frames whose file is not a module.
+
+    For such frames (``<frozen importlib._bootstrap>``, a notebook cell) the
+    standard library rescans all of ``sys.modules`` on every call; the answer
+    for a given file name cannot change while one import runs.
+    """
+    original = inspect.getmodule
+    seen: dict[str, object] = {}
+
+    def getmodule(obj, _filename=None):
+        if _filename is None or not inspect.isframe(obj):
+            return original(obj, _filename)
+        if _filename not in seen:
+            seen[_filename] = original(obj, _filename)
+        return seen[_filename]
+
+    inspect.getmodule = getmodule
+    try:
+        yield
+    finally:
+        inspect.getmodule = original
+
+
+@functools.cache
+def import_tensor_intrinsics() -> None:
+    """Import ``tvm.s_tir.tensor_intrin`` once, in seconds rather than most of a minute.
+
+    MetaSchedule needs the tensor intrinsics registered (its x86 rules name the
+    AVX-512 VNNI ones) and imports them itself when it first creates a task.
+    """
+    with _memoised_frame_modules():
+        import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
+
+
+@derived_object
+class InProcessBuilder(PyBuilder):
+    """A MetaSchedule builder that builds candidates in this process.
+
+    Same build and export as ``LocalBuilder`` (``default_build``,
+    ``default_export``), without the worker pool that makes every batch pay a
+    30 s import and time out. A failed build becomes a failed candidate, as with
+    ``LocalBuilder``; the measurement still runs in ``LocalRunner``'s separate
+    process, so a crashing kernel cannot take the notebook kernel down.
+    """
+
+    def build(self, build_inputs: list[BuilderInput]) -> list[BuilderResult]:
+        import_tensor_intrinsics()
+        results = []
+        for build_input in build_inputs:
+            try:
+                module = local_builder.default_build(build_input.mod, build_input.target, None)
+                results.append(BuilderResult(local_builder.default_export(module), None))
+            except Exception as err:  # a bad candidate must not stop the search
+                results.append(BuilderResult(None, f"InProcessBuilder: {type(err).__name__}: {err}"))
+        return results
+
+
+@derived_object
+class _ProgressCallback(PyMeasureCallback):
+    """Advance a tqdm bar by the number of candidates measured in each round."""
+
+    def __init__(self, bar: tqdm, task_names: list[str]) -> None:
+        super().__init__()
+        self.bar = bar
+        self.task_names = task_names
+        self.measured = 0
+        self.failed = 0
+
+    def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+        count = len(measure_candidates)
+        failed = sum(
+            1
+            for built, ran in zip(builder_results, runner_results)
+            if built.error_msg is not None or ran.error_msg is not None or not ran.run_secs
+        )
+        self.measured += count
+        self.failed += failed
+        self.bar.set_postfix_str(f"{self.task_names[int(task_id)][:40]}, {self.failed} failed", refresh=False)
+        self.bar.update(count)
+
+
+# ------------------------------------------------------------------ preparation
+
+
+def _prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+    """Legalize and fuse the module into the TIR kernels that tuning works on.
+
+    ``tune`` and ``apply_database`` must run the same passes: database records
+    are found by the exact (structural) form of each fused kernel. These are the
+    passes of the ``static_shape_tuning`` pipeline and of TVM's ``compile_relax``.
+    """
+    passes = [
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        *relax.pipeline.library_dispatch_passes(target),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+    with target:
+        return tvm.transform.Sequential(passes)(mod)
+
+
+def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
+    """The module's kernels to tune (already scheduled ones have nothing to tune)."""
+    tasks = ms.relax_integration.extract_tasks(prepared, target)
+    return [t for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False)]
+
+
+def _num_threads(target: tvm.target.Target) -> int:
+    cores = target.attrs.get("num-cores")
+    return int(cores) if cores is not None else max(1, ms.utils.cpu_count(logical=False))
+
+
+@contextlib.contextmanager
+def _quiet_metaschedule() -> Iterator[None]:
+    """Keep MetaSchedule's progress tables in work_dir/logs and out of the notebook.
+
+    Two channels to close. Its Python loggers: when MetaSchedule sets up the logs
+    of a run it gives its console handler the logger's current level (WARNING
+    here keeps warnings and errors visible), then sets the logger to DEBUG for the
+    files. And in Jupyter it skips the loggers and ``display()``s a pandas table
+    plus a C++ printout after every round; it asks ``get_ipython()`` (looked up in
+    its ``utils`` module) whether it runs in a notebook, so the answer is no here.
+    """
+    logging.getLogger(MS_LOGGER).setLevel(logging.WARNING)
+    ms_utils = ms.utils
+    had_own = "get_ipython" in vars(ms_utils)
+    previous = vars(ms_utils).get("get_ipython")
+    ms_utils.get_ipython = lambda: None
+    try:
+        yield
+    finally:
+        if had_own:
+            ms_utils.get_ipython = previous
+        else:
+            del ms_utils.get_ipython
+
+
+# ----------------------------------------------------------------------- tuning
+
+
+def tune(
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    work_dir: str | Path,
+    max_trials_per_task: int,
+    params: dict | None = None,
+    progress: bool = True,
+    max_trials_global: int | None = None,
+) -> Path:
+    """Tune every kernel of a Relax module for ``target``; return the database's directory.
+
+    Budget: a *trial* is one candidate schedule built and timed on this machine.
+    Each fused kernel (task) gets at most ``max_trials_per_task`` trials, and the
+    whole run at most ``max_trials_global`` (default: ``max_trials_per_task``
+    times the number of tasks, so every task can use its full share; a smaller
+    global budget lets MetaSchedule's gradient scheduler give the trials to the
+    kernels that matter most). Tasks with few possible schedules (a reshape) stop
+    early, so a run usually uses fewer trials than the budget.
+
+    ``params`` (name to weight tensor) binds weights as constants before the
+    kernels are extracted; leave it None for modules that take weights as inputs
+    (as the course's imported models do), and bind the same way before
+    ``apply_database`` if you use it, or the kernels will not match.
+
+    The database (``database_workload.json``, ``database_tuning_record.json``)
+    goes into ``work_dir``, and tuning into a directory that already has one adds
+    to it. MetaSchedule's logs go to ``work_dir/logs``; ``progress`` shows a bar
+    over the trials on stdout (stdout, not stderr: graders count stderr as failure).
+    """
+    if max_trials_per_task < 1:
+        raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    import_tensor_intrinsics()
+    if params:
+        mod = relax.transform.BindParams("main", params)(mod)
+    tasks = _tasks(_prepare(mod, target), target)
+    if not tasks:
+        raise CourseError(
+            "This module has no kernels to tune: after legalization and fusion it has no "
+            "unscheduled TIR functions. Pass the imported Relax module (before tvm.compile)."
+        )
+    budget = max_trials_per_task * len(tasks)
+    if max_trials_global is not None:
+        budget = min(budget, max_trials_global)
+    with _quiet_metaschedule():
+        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget, progress)
+    if not _measured_records(_load_database(work_dir), target):
+        raise TuningDatabaseError(
+            f"Tuning ran but no candidate was built and measured successfully, so {work_dir} "
+            f"holds no usable record. The reasons are in {work_dir / LOG_DIR}/ (search for "
+            "'error'); a machine under heavy load can make every measurement time out."
+        )
+    return work_dir
+
+
+def _run_tuning(
+    tasks: list,
+    target: tvm.target.Target,
+    work_dir: Path,
+    max_trials_per_task: int,
+    budget: int,
+    progress: bool,
+) -> None:
+    """MetaSchedule's ``tune_tasks`` with the in-process builder and a progress bar."""
+    per_round = min(MAX_TRIALS_PER_ROUND, max_trials_per_task)
+    population = min(512, max(MIN_POPULATION, POPULATION_PER_TRIAL * per_round))
+    strategy = ms.search_strategy.EvolutionarySearch(
+        population_size=population, init_min_unmeasured=min(50, population)
+    )
+    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+        tasks, str(work_dir), strategy=strategy, num_threads=_num_threads(target)
+    )
+    bar = tqdm(
+        total=budget,
+        desc=f"Tuning {len(tasks)} tasks",
+        unit="trial",
+        file=sys.stdout,
+        disable=not progress,
+        dynamic_ncols=True,
+    )
+    callbacks = [*ms.measure_callback.MeasureCallback.create("default")]
+    if progress:
+        callbacks.append(_ProgressCallback(bar, [t.task_name for t in tasks]))
+    runner = ms.runner.LocalRunner()
+    try:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=str(work_dir),
+            max_trials_global=budget,
+            max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=per_round,
+            builder=InProcessBuilder(),
+            runner=runner,
+            database="json",
+            measure_callbacks=callbacks,
+            task_scheduler="gradient",
+        )
+    finally:
+        runner.pool.shutdown()
+        if bar.n < bar.total:  # tasks that ran out of schedules finish early
+            bar.total = bar.n
+            bar.refresh()
+        bar.close()
+
+
+# ------------------------------------------------------------------- databases
+
+
+def _load_database(work_dir: str | Path) -> ms.database.JSONDatabase:
+    """Open a tuning directory's JSON database, or say exactly what is missing."""
+    work_dir = Path(work_dir)
+    if not work_dir.is_dir():
+        raise TuningDatabaseError(
+            f"No tuning directory at {work_dir}. Tune first with tune(mod, target, "
+            f"'{work_dir}', max_trials_per_task=...), or point work_dir at the directory "
+            f"that holds {WORKLOAD_FILE} and {RECORD_FILE}."
+        )
+    missing = [name for name in (WORKLOAD_FILE, RECORD_FILE) if not (work_dir / name).is_file()]
+    if missing:
+        raise TuningDatabaseError(
+            f"{work_dir} is not a complete tuning database: {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} missing (a database is the pair "
+            f"{WORKLOAD_FILE} + {RECORD_FILE}). Copy both files, or tune again into this directory."
+        )
+    try:
+        return ms.database.JSONDatabase(
+            str(work_dir / WORKLOAD_FILE), str(work_dir / RECORD_FILE), allow_missing=False
+        )
+    except Exception as err:
+        raise TuningDatabaseError(
+            f"The tuning database in {work_dir} cannot be read ({type(err).__name__}: "
+            f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}). "
+            "It may be truncated or from another TVM version: delete it and tune again."
+        ) from err
+
+
+def _mean_secs(record) -> float:
+    secs = [float(s) for s in (record.run_secs or [])]
+    return sum(secs) / len(secs) if secs else math.inf
+
+
+def _succeeded(record) -> bool:
+    secs = [float(s) for s in (record.run_secs or [])]
+    return bool(secs) and all(math.isfinite(s) and s < FAILED_RUN_SECS for s in secs)
+
+
+def _measured_records(db, target: tvm.target.Target | None = None) -> list:
+    """Records with a successful measurement, for ``target`` only when given."""
+    wanted = None if target is None else str(target)
+    return [
+        r
+        for r in db.get_all_tuning_records()
+        if _succeeded(r) and (wanted is None or str(r.target) == wanted)
+    ]
+
+
+def _target_difference(tuned: tvm.target.Target, target: tvm.target.Target) -> str:
+    """The target attributes that differ, e.g. ``mcpu: 'znver5' here, 'skylake-avx512' in the database``."""
+    ours, theirs = dict(target.export()), dict(tuned.export())
+    keys = sorted(k for k in set(ours) | set(theirs) if ours.get(k) != theirs.get(k))
+    return "; ".join(f"{k}: {ours.get(k)!r} in your target, {theirs.get(k)!r} in the database" for k in keys)
+
+
+def _database_for_target(db, target: tvm.target.Target, work_dir: Path):
+    """An in-memory copy of the records tuned for exactly this target."""
+    records = _measured_records(db, target)
+    if not records:
+        tuned_for = {str(r.target): r.target for r in _measured_records(db)}
+        if not tuned_for:
+            raise TuningDatabaseError(
+                f"The tuning database in {work_dir} has no successful measurement in it. "
+                "Tune again (see its logs/ for why the candidates failed)."
+            )
+        diff = _target_difference(next(iter(tuned_for.values())), target)
+        raise TuningDatabaseError(
+            f"The tuning database in {work_dir} holds no records for your target. Records are "
+            f"kept per workload and target, and these were tuned for {', '.join(sorted(tuned_for))} "
+            f"({diff}). A schedule timed on another CPU (or with another core count) says "
+            "little about this one: tune again on this machine into a new directory, e.g. "
+            "tune(mod, target, 'tuning_here', max_trials_per_task=...)."
+        )
+    memory = ms.database.MemoryDatabase()
+    workloads: list[tuple[object, object]] = []  # (workload in db, same workload in memory)
+    for record in records:
+        copy = next((m for w, m in workloads if w.same_as(record.workload)), None)
+        if copy is None:
+            copy = memory.commit_workload(record.workload.mod)
+            workloads.append((record.workload, copy))
+        memory.commit_tuning_record(
+            ms.database.TuningRecord(record.trace, copy, record.run_secs, record.target, record.args_info)
+        )
+    return memory
+
+
+def apply_database(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path) -> tvm.IRModule:
+    """Fuse ``mod`` into kernels and give each the best schedule tuned for ``target``.
+
+    Only records tuned for this exact target are used (MetaSchedule's own pass
+    would take the fastest record for a kernel whatever CPU it was tuned on).
+    Kernels with no record keep TVM's default, untuned code. Raises
+    ``TuningDatabaseError`` when the database is missing or unreadable, holds no
+    record for ``target``, or has none of the module's kernels.
+    """
+    work_dir = Path(work_dir)
+    db = _database_for_target(_load_database(work_dir), target, work_dir)
+    import_tensor_intrinsics()  # records may replay tensorized schedules
+    prepared = _prepare(mod, target)
+    tasks = _tasks(prepared, target)
+    found = [t.task_name for t in tasks if db.has_workload(t.dispatched[0])]
+    if tasks and not found:
+        names = ", ".join(t.task_name for t in tasks[:5]) + (", ..." if len(tasks) > 5 else "")
+        raise TuningDatabaseError(
+            f"0 of this module's {len(tasks)} kernels ({names}) are in the tuning database in "
+            f"{work_dir}, which holds {len(_workloads(_measured_records(db)))} tuned kernel(s) "
+            "for your target. It was tuned for another model or input shape (kernels are matched "
+            "by their exact shapes). Tune this module: tune(mod, target, work_dir, ...)."
+        )
+    with target, db, tvm.transform.PassContext(opt_level=3):
+        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(prepared)
+
+
+def build_tuned(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path) -> tvm.runtime.Executable:
+    """Compile ``mod`` with its tuned kernels: fuse, apply the database, then ``tvm.compile``.
+
+    The result runs like any executable: ``relax.VirtualMachine(ex, tvm.cpu())``,
+    with the same inputs and weights as the untuned build.
+    """
+    return tvm.compile(apply_database(mod, target, work_dir), target=target, relax_pipeline="default")
+
+
+# --------------------------------------------------------------------- summary
+
+
+def _workloads(records: list) -> list[tuple[object, list]]:
+    """Group records by workload: [(workload, [records...]), ...]."""
+    groups: list[tuple[object, list]] = []
+    for record in records:
+        group = next((g for w, g in groups if w.same_as(record.workload)), None)
+        if group is None:
+            groups.append((record.workload, [record]))
+        else:
+            group.append(record)
+    return groups
+
+
+def _kernel_label(workload) -> str:
+    """A readable name for a workload: the compute blocks in its kernel."""
+    blocks = [b for b in re.findall(r'T\.sblock\("([^"]+)"', workload.mod.script()) if b != "root"]
+    return "+".join(blocks) or "kernel"
+
+
+def database_summary(work_dir: str | Path) -> dict:
+    """What a tuning database holds and which targets it was tuned for.
+
+    Use it to decide whether a shipped database fits this machine: its
+    ``targets`` must include your target (see ``apply_database``). Returns
+    ``workloads`` (tuned kernels), ``records`` (measured schedules, failed ones
+    included), ``failed_records``, ``targets`` and ``mcpus`` (distinct, as
+    strings), and ``kernels``: one entry per workload, slowest first, with its
+    best measured latency in microseconds and the target of that record.
+    """
+    work_dir = Path(work_dir)
+    db = _load_database(work_dir)
+    records = db.get_all_tuning_records()
+    measured = [r for r in records if _succeeded(r)]
+    kernels = []
+    for workload, group in _workloads(records):
+        best = min((r for r in group if _succeeded(r)), key=_mean_secs, default=None)
+        kernels.append(
+            {
+                "kernel": _kernel_label(workload),
+                "records": len(group),
+                "best_us": None if best is None else 1e6 * _mean_secs(best),
+                "best_target": None if best is None else str(best.target),
+            }
+        )
+    kernels.sort(key=lambda k: -(k["best_us"] or 0.0))
+    targets = sorted({str(r.target) for r in records})
+    return {
+        "work_dir": str(work_dir),
+        "workloads": len(kernels),
+        "records": len(records),
+        "failed_records": len(records) - len(measured),
+        "targets": targets,
+        "mcpus": sorted({str(r.target.attrs.get("mcpu", "")) for r in records} - {""}),
+        "kernels": kernels,
+    }

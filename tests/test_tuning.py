@@ -1,0 +1,202 @@
+"""helpers.tuning against real MetaSchedule: one tiny tuning run, shared by the tests.
+
+The run tunes a 3->8 channel conv + ReLU on a 16x16 image with 2 trials per
+task: enough for real records, in 10 to 20 s on two cores.
+"""
+
+import contextlib
+import io
+import re
+import shutil
+import time
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax
+from tvm.relax.frontend.torch import from_exported_program
+from tvm.s_tir import meta_schedule as ms
+
+from helpers import tuning
+from helpers.errors import CourseError, TuningDatabaseError
+
+TRIALS_PER_TASK = 2
+
+
+class ConvReLU(torch.nn.Module):
+    def __init__(self, channels: int = 8):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1, bias=False)  # no bias: one task
+
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+
+
+def _import(model: torch.nn.Module, x: torch.Tensor):
+    program = torch.export.export(model, (x,))
+    mod = from_exported_program(program, keep_params_as_input=True)
+    mod, params = relax.frontend.detach_params(mod)
+    return mod, list(params["main"])
+
+
+def _host_target(mcpu: str | None = None) -> tvm.target.Target:
+    cpu = mcpu or str(tvm.target.codegen.llvm_get_system_cpu())
+    return tvm.target.Target({"kind": "llvm", "mcpu": cpu, "num-cores": 2})
+
+
+def _other_cpu() -> str:
+    """An x86-64 CPU name that is not this machine's."""
+    host = str(tvm.target.codegen.llvm_get_system_cpu())
+    return "skylake-avx512" if host != "skylake-avx512" else "znver5"
+
+
+def _run(executable, x: torch.Tensor, params: list) -> np.ndarray:
+    dev = tvm.cpu(0)
+    vm = relax.VirtualMachine(executable, dev)
+    weights = [tvm.runtime.tensor(p.numpy(), dev) for p in params]
+    out = vm["main"](tvm.runtime.tensor(x.numpy(), dev), *weights)
+    while not hasattr(out, "numpy"):  # the torch importer returns a tuple of outputs
+        out = out[0]
+    return out.numpy()
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return ConvReLU().eval()
+
+
+@pytest.fixture(scope="module")
+def example():
+    return torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.fixture(scope="module")
+def imported(model, example):
+    return _import(model, example)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return _host_target()
+
+
+@pytest.fixture(scope="module")
+def tuned(imported, target, tmp_path_factory):
+    """Tune once; keep the directory and what a notebook cell would have shown."""
+    mod, _ = imported
+    work_dir = tmp_path_factory.mktemp("tuned")
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        returned = tuning.tune(mod, target, work_dir, max_trials_per_task=TRIALS_PER_TASK)
+    return {"dir": work_dir, "returned": returned, "shown": shown.getvalue()}
+
+
+def _copy_for_target(src_dir, dst_dir, target: tvm.target.Target) -> None:
+    """The same records, stamped as tuned for ``target``: a database from another machine."""
+    src = ms.database.JSONDatabase(work_dir=str(src_dir), allow_missing=False)
+    dst_dir.mkdir()
+    dst = ms.database.JSONDatabase(work_dir=str(dst_dir))
+    for record in src.get_all_tuning_records():
+        workload = dst.commit_workload(record.workload.mod)
+        dst.commit_tuning_record(
+            ms.database.TuningRecord(record.trace, workload, record.run_secs, target, record.args_info)
+        )
+
+
+def test_tune_writes_a_database_of_measured_records_for_the_target(tuned, target):
+    work_dir = tuned["dir"]
+    assert tuned["returned"] == work_dir
+    assert (work_dir / tuning.WORKLOAD_FILE).stat().st_size > 0
+    assert (work_dir / tuning.RECORD_FILE).stat().st_size > 0
+    assert list((work_dir / tuning.LOG_DIR).glob("*.log")), "MetaSchedule's logs belong in work_dir/logs"
+
+    summary = tuning.database_summary(work_dir)
+    assert summary["workloads"] >= 1
+    assert 1 <= summary["records"] <= TRIALS_PER_TASK * summary["workloads"]
+    assert summary["targets"] == [str(target)]
+    assert summary["mcpus"] == [str(target.attrs["mcpu"])]
+    conv = [k for k in summary["kernels"] if "conv2d" in k["kernel"]]
+    assert len(conv) == 1 and conv[0]["best_us"] > 0
+
+
+def test_tune_shows_a_progress_bar_instead_of_metaschedule_logs(tuned):
+    shown = tuned["shown"]
+    finished = re.findall(r"(\d+)/(\d+) \[", shown)
+    assert finished, f"no progress bar in the output: {shown[:300]!r}"
+    done, total = map(int, finished[-1])
+    assert done == total == tuning.database_summary(tuned["dir"])["records"]
+    assert "task_scheduler.cc" not in shown and "[INFO]" not in shown
+
+
+def test_in_process_builder_builds_in_this_process_quickly(target):
+    a = tvm.te.placeholder((64,), name="a")
+    b = tvm.te.compute((64,), lambda i: a[i] * 2.0, name="b")
+    mod = tvm.IRModule({"main": tvm.te.create_prim_func([a, b])})
+    start = time.perf_counter()
+    results = tuning.InProcessBuilder().build([ms.builder.BuilderInput(mod, target)])
+    elapsed = time.perf_counter() - start
+    assert results[0].error_msg is None and results[0].artifact_path
+    assert elapsed < 10, f"an in-process build took {elapsed:.1f} s"
+    shutil.rmtree(str(results[0].artifact_path).rsplit("/", 1)[0], ignore_errors=True)
+
+
+def test_tuned_build_matches_the_untuned_build_and_uses_the_database(imported, model, example, target, tuned):
+    mod, params = imported
+    applied = tuning.apply_database(mod, target, tuned["dir"])
+    scheduled = {
+        gv.name_hint: bool(f.attrs.get("tirx.is_scheduled", False))
+        for gv, f in applied.functions_items()
+        if isinstance(f, tvm.tirx.PrimFunc)
+    }
+    conv = [name for name in scheduled if "conv2d" in name]
+    assert conv and all(scheduled[name] for name in conv), scheduled
+
+    tuned_out = _run(tuning.build_tuned(mod, target, tuned["dir"]), example, params)
+    untuned_out = _run(tvm.compile(mod, target=target, relax_pipeline="default"), example, params)
+    np.testing.assert_allclose(tuned_out, untuned_out, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        np.testing.assert_allclose(tuned_out, model(example).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_a_database_tuned_for_another_cpu_is_refused(imported, target, tuned, tmp_path):
+    mod, _ = imported
+    other = _host_target(_other_cpu())
+    foreign = tmp_path / "foreign"
+    _copy_for_target(tuned["dir"], foreign, other)
+    assert tuning.database_summary(foreign)["mcpus"] == [_other_cpu()]
+
+    with pytest.raises(TuningDatabaseError, match="no records for your target") as err:
+        tuning.apply_database(mod, target, foreign)
+    message = str(err.value)
+    assert "mcpu" in message and _other_cpu() in message and str(target.attrs["mcpu"]) in message
+    assert "tune" in message  # says what to do
+    # The same database is fine for the CPU it was tuned for.
+    assert isinstance(tuning.apply_database(mod, other, foreign), tvm.IRModule)
+
+
+def test_a_database_for_another_model_says_how_many_kernels_matched(target, tuned):
+    torch.manual_seed(0)
+    x = torch.randn(1, 3, 20, 20)
+    other_mod, _ = _import(ConvReLU(channels=4).eval(), x)
+    with pytest.raises(TuningDatabaseError, match=r"0 of this module's \d+ kernels"):
+        tuning.apply_database(other_mod, target, tuned["dir"])
+
+
+def test_missing_directory_is_a_clear_course_error(imported, target, tmp_path):
+    mod, _ = imported
+    with pytest.raises(TuningDatabaseError, match="No tuning directory") as err:
+        tuning.apply_database(mod, target, tmp_path / "never-tuned")
+    assert isinstance(err.value, CourseError)
+    with pytest.raises(TuningDatabaseError, match="No tuning directory"):
+        tuning.database_summary(tmp_path / "never-tuned")
+
+
+def test_a_database_missing_one_file_names_that_file(imported, target, tuned, tmp_path):
+    mod, _ = imported
+    half = tmp_path / "half"
+    half.mkdir()
+    shutil.copy(tuned["dir"] / tuning.WORKLOAD_FILE, half)
+    with pytest.raises(TuningDatabaseError, match=tuning.RECORD_FILE + " is missing"):
+        tuning.apply_database(mod, target, half)
