@@ -14,6 +14,35 @@ from .machine import cpu_target, require_gpu
 from .models import ImportedModel
 
 
+def fusion_passes(target: tvm.target.Target | None = None) -> list[tvm.transform.Pass]:
+    """The passes that turn an imported module into fused TensorIR kernels.
+
+    Inference decomposition (BatchNorm into arithmetic), legalization into TIR,
+    op-pattern annotation, constant folding, then FuseOps/FuseTIR: the first half
+    of the ``static_shape_tuning`` pipeline. Tuning and applying a database must
+    run exactly these, since database records are found by each kernel's form.
+    Run the returned passes under ``with target:``.
+    """
+    target = target or cpu_target()
+    return [
+        relax.transform.DecomposeOpsForInference(),
+        relax.transform.CanonicalizeBindings(),
+        *relax.pipeline.library_dispatch_passes(target),
+        relax.transform.LegalizeOps(),
+        relax.transform.AnnotateTIROpPattern(),
+        relax.transform.FoldConstant(),
+        relax.transform.FuseOps(),
+        relax.transform.FuseTIR(),
+    ]
+
+
+def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
+    """``mod`` with its operators legalized and fused into kernels for ``target``."""
+    target = target or cpu_target()
+    with target:
+        return tvm.transform.Sequential(fusion_passes(target))(mod)
+
+
 def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
     """The device a target's code runs on; a clear error for CUDA without a GPU."""
     if target.kind.name == "cuda":

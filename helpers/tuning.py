@@ -41,6 +41,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder, local_builder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from .build import fuse
 from .errors import CourseError, TuningDatabaseError
 
 WORKLOAD_FILE = "database_workload.json"
@@ -153,21 +154,9 @@ def _prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
     """Legalize and fuse the module into the TIR kernels that tuning works on.
 
     ``tune`` and ``apply_database`` must run the same passes: database records
-    are found by the exact (structural) form of each fused kernel. These are the
-    passes of the ``static_shape_tuning`` pipeline and of TVM's ``compile_relax``.
+    are found by the exact (structural) form of each fused kernel.
     """
-    passes = [
-        relax.transform.DecomposeOpsForInference(),
-        relax.transform.CanonicalizeBindings(),
-        *relax.pipeline.library_dispatch_passes(target),
-        relax.transform.LegalizeOps(),
-        relax.transform.AnnotateTIROpPattern(),
-        relax.transform.FoldConstant(),
-        relax.transform.FuseOps(),
-        relax.transform.FuseTIR(),
-    ]
-    with target:
-        return tvm.transform.Sequential(passes)(mod)
+    return fuse(mod, target)
 
 
 def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:

@@ -1,17 +1,7 @@
 import tvm
 from tvm import relax
 
-from helpers import ir
-
-FUSION = tvm.transform.Sequential([
-    relax.transform.DecomposeOpsForInference(),
-    relax.transform.LegalizeOps(),
-    relax.transform.AnnotateTIROpPattern(),
-    relax.transform.FuseOps(),
-    relax.transform.FuseTIR(),
-    relax.transform.DeadCodeElimination(),
-])
-
+from helpers import build, ir
 
 def test_op_histogram_of_an_imported_model(tiny_imported):
     hist = ir.op_histogram(tiny_imported.mod)
@@ -22,7 +12,7 @@ def test_op_histogram_of_an_imported_model(tiny_imported):
 def test_fusion_reduces_kernel_calls(tiny_imported):
     legal = tvm.transform.Sequential([relax.transform.DecomposeOpsForInference(), relax.transform.LegalizeOps()])(
         tiny_imported.mod)
-    fused = FUSION(tiny_imported.mod)
+    fused = build.fuse(tiny_imported.mod)
     assert ir.count_kernel_calls(legal) == ir.op_histogram(legal)["call_tir"]
     assert ir.count_kernel_calls(fused) < ir.count_kernel_calls(legal)
     assert ir.count_kernels(fused) < ir.count_kernels(legal)
