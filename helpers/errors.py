@@ -26,3 +26,7 @@ class NoGPUError(CourseError, RuntimeError):
 
 class TuningDatabaseError(CourseError, FileNotFoundError):
     """A tuning database that is missing or does not fit the module or target."""
+
+
+class ParityError(CourseError, AssertionError):
+    """A compiled model whose output differs from PyTorch's beyond the tolerance."""

@@ -44,18 +44,47 @@ def plot_sweep(timings: Sequence[Timing], title: str = "Batch-size sweep", machi
     return fig
 
 
+def short_label(text: str, width: int = 34) -> str:
+    """Cut a long kernel name to ``width`` characters with an ellipsis, so bars keep their room."""
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
 def plot_profile(prof: Profile, k: int = 15, title: str = "Slowest kernels"):
     """Horizontal bars of the ``k`` slowest kernels, coloured by operator type."""
     top = prof.top(k)[::-1]
     ops = sorted({kt.op for kt in top})
     colours = {op: plt.cm.tab10(i % 10) for i, op in enumerate(ops)}
     fig, ax = plt.subplots(figsize=(9, 0.35 * len(top) + 1.5))
-    ax.barh([f"{kt.name} (x{kt.calls})" for kt in top], [kt.ms for kt in top], color=[colours[kt.op] for kt in top])
+    ax.barh([f"{short_label(kt.name)} (x{kt.calls})" for kt in top], [kt.ms for kt in top], color=[colours[kt.op] for kt in top])
     for op, colour in colours.items():
         ax.bar(0, 0, color=colour, label=op)
     ax.set_xlabel("time per inference (ms, median)")
     ax.set_title(f"{title}: {prof.kernel_ms:.1f} ms in kernels of {prof.end_to_end_ms:.1f} ms end to end")
     ax.legend(title="operator", loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def plot_shares(shares_by_build: dict[str, dict[str, float]], title: str = "Share of kernel time by operator"):
+    """Percent of kernel time per operator type (``Profile.share_by_op``), one bar per build."""
+    if not shares_by_build:
+        raise ValueError("plot_shares needs at least one build: {label: profile.share_by_op()}.")
+    ops = sorted(
+        {op for shares in shares_by_build.values() for op in shares},
+        key=lambda op: -max(s.get(op, 0.0) for s in shares_by_build.values()),
+    )
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(ops) * len(shares_by_build) + 1.5))
+    height = 0.8 / len(shares_by_build)
+    for i, (label, shares) in enumerate(shares_by_build.items()):
+        ys = [j + i * height for j in range(len(ops))]
+        bars = ax.barh(ys, [100 * shares.get(op, 0.0) for op in ops], height=height, label=label)
+        ax.bar_label(bars, fmt="%.1f%%", padding=2, fontsize=8)
+    ax.set_yticks([j + height * (len(shares_by_build) - 1) / 2 for j in range(len(ops))], ops)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of kernel time (%)")
+    ax.set_ylabel("operator type")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
     fig.tight_layout()
     return fig
 

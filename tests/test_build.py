@@ -3,17 +3,27 @@ import pytest
 import torch
 
 from helpers import build, machine
-from helpers.errors import InputShapeError, NoGPUError
+from helpers.errors import InputShapeError, NoGPUError, ParityError
 
 
 def test_compiled_model_matches_pytorch(tiny_compiled, tiny_model, tiny_input):
-    diff = build.check_parity(tiny_compiled, tiny_model, tiny_input)
-    assert diff < 1e-4
+    error = build.check_parity(tiny_compiled, tiny_model, tiny_input)
+    assert 0 <= error < 1e-4
+
+
+def test_parity_is_judged_on_the_output_scale():
+    ref = np.array([1e-9, -3e-9, 2e-9])
+    # An absolute tolerance of 1e-4 would call a 50 % error a match on outputs this small.
+    assert build.relative_error(ref * 1.5, ref) == pytest.approx(0.5)
+    assert build.relative_error(ref, ref) == 0.0
+    assert build.relative_error(np.full(3, np.nan), ref) != build.relative_error(np.full(3, np.nan), ref)  # NaN
+    with pytest.raises(ParityError, match=r"shapes differ.*\(2,\).*\(3,\)"):
+        build.relative_error(ref[:2], ref)
 
 
 def test_parity_check_catches_a_different_model(tiny_compiled, tiny_model, tiny_input):
     other = type(tiny_model)().eval()  # same architecture, other random weights
-    with pytest.raises(AssertionError, match="differs from PyTorch"):
+    with pytest.raises(ParityError, match="differs from PyTorch: relative error"):
         build.check_parity(tiny_compiled, other, tiny_input)
 
 

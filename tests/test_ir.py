@@ -38,3 +38,11 @@ def test_op_type_reads_kernel_names():
     assert ir.op_type("batch_norm7") == "batch_norm"
     assert ir.op_type("fused_matmul_add") == "matmul"
     assert ir.op_type("weird_kernel9") == "weird"
+
+
+def test_a_group_of_one_operator_is_not_a_fusion():
+    assert ir.is_fused("fused_conv2d3_add2_relu1")
+    assert ir.is_fused("fused_tir_clip_multiply")
+    assert not ir.is_fused("fused_conv2d3")
+    assert not ir.is_fused("conv2d_add")  # not named by FuseOps
+    assert ir.op_type("fused_expand_dims_add") == "expand_dims"

@@ -37,3 +37,21 @@ def test_speedup_plot_labels_ratios():
     assert "2.00x" in texts and "1.00x" in texts
     with pytest.raises(ValueError, match="No timing labelled"):
         plotting.plot_speedups(_sweep(), baseline="jax")
+
+
+def test_long_kernel_names_are_shortened():
+    name = "fused_conv2d12_add9_clip5_conv2d13_add10_clip6_extra"
+    prof = profiling.Profile([profiling.KernelTime(name, "conv2d", 2, 3.0)], end_to_end_ms=4.0)
+    label = plotting.plot_profile(prof).axes[0].get_yticklabels()[0].get_text()
+    assert label.startswith(name[:20]) and "\u2026" in label and label.endswith("(x2)")
+    assert len(label) < len(name)
+
+
+def test_share_plot_has_one_bar_per_build_and_operator():
+    shares = {"default": {"conv2d": 0.75, "add": 0.25}, "fused": {"conv2d": 0.9, "clip": 0.1}}
+    ax = plotting.plot_shares(shares).axes[0]
+    assert len(ax.patches) == 2 * 3  # 2 builds x 3 operator types
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["conv2d", "add", "clip"]
+    assert "%" in ax.get_xlabel()
+    with pytest.raises(ValueError, match="at least one build"):
+        plotting.plot_shares({})
