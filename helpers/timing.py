@@ -8,8 +8,11 @@ between them stay honest even when the absolute times move.
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -136,3 +139,26 @@ def table(timings: Sequence[Timing], baseline: str | None = None):
             raise ValueError(f"No timing labelled {baseline!r}; labels are {sorted(set(frame.backend))}.")
         frame["speedup_vs_" + baseline.replace(" ", "_")] = frame.batch.map(base) / frame.median_ms
     return frame.round(3)
+
+
+@contextmanager
+def busy_cores(n: int) -> Iterator[None]:
+    """Keep ``n`` cores busy (spinning processes) while the block runs.
+
+    A stand-in for "something else is running": the course uses it to show why
+    backends are timed interleaved, and the tests grade timing exercises under it.
+    """
+    if n < 0:
+        raise ValueError(f"n must be 0 or more, got {n}.")
+    spin = "print('spinning', flush=True)\nwhile True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True) for _ in range(n)]
+    try:
+        for p in procs:
+            p.stdout.readline()  # each one is running
+        time.sleep(0.2)
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+            p.stdout.close()

@@ -1,4 +1,6 @@
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +56,25 @@ def test_runners_time_real_backends(tiny_model, tiny_compiled, tiny_input):
     )
     assert [t.label for t in results] == ["eager", "tvm"]
     assert all(t.median_ms > 0 for t in results)
+
+
+
+def _spinners() -> int:
+    """Processes on this machine running busy_cores' spin loop."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            count += "while True: pass" in Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+        except OSError:  # the process ended while we looked
+            pass
+    return count
+
+
+def test_busy_cores_run_while_the_block_runs_and_stop_after():
+    before = _spinners()
+    with timing.busy_cores(2):
+        assert _spinners() == before + 2
+    assert _spinners() == before
+    with pytest.raises(ValueError, match="0 or more"):
+        with timing.busy_cores(-1):
+            pass
