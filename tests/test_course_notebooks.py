@@ -7,10 +7,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import grading
+from helpers import grading, timing
 
 REPO = grading.REPO
 ASSIGNMENTS = grading.assignments()
+# Days whose graded cells time things: graded while one core is kept busy, as on a shared
+# classroom machine, so a correct answer must pass on ratios measured in one run, with margins.
+TIMED = {"day04_benchmark"}
 
 
 def _cells(path: Path) -> list[dict]:
@@ -55,7 +58,8 @@ def test_autograde_gives_solution_full_marks_and_blank_zero(regenerated, assignm
     course = regenerated
     grading.submit(course, assignment, "solution", course / grading.SOURCE / assignment / f"{assignment}.ipynb")
     grading.submit(course, assignment, "blank", course / grading.RELEASE / assignment / f"{assignment}.ipynb")
-    grading.autograde(assignment, course)
+    with timing.busy_cores(1 if assignment in TIMED else 0):
+        grading.autograde(assignment, course)
     got = grading.scores(assignment, course)
     sol, blank = got["solution"], got["blank"]
     assert sol.max_score > 0
