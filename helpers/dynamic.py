@@ -19,12 +19,11 @@ import numpy as np
 import torch
 import tvm
 from tvm import relax
-from tvm.relax.frontend.torch import from_exported_program
 
 from .build import CompiledModel, device_for
 from .errors import InputShapeError
 from .machine import cpu_target
-from .models import ImportedModel
+from .models import ImportedModel, dtype_name, export, to_relax
 
 
 @dataclass
@@ -50,16 +49,9 @@ def import_dynamic_batch(model: torch.nn.Module, example: torch.Tensor, max_batc
     # torch.export specialises a dimension of size 1, so trace with a batch of 2.
     trace = example[:1].repeat(2, *[1] * (example.dim() - 1))
     batch = torch.export.Dim("batch", min=1, max=max_batch)
-    with torch.no_grad():
-        program = torch.export.export(model, (trace,), dynamic_shapes=({0: batch},))
-    mod = from_exported_program(program, keep_params_as_input=True)
-    mod, params = relax.frontend.detach_params(mod)
+    mod, params = to_relax(export(model, trace, dynamic_shapes=({0: batch},)))
     return DynamicImport(
-        mod=mod,
-        params=list(params.get("main", [])),
-        input_shape=tuple(example.shape),
-        input_dtype=str(example.dtype).replace("torch.", ""),
-        max_batch=max_batch,
+        mod=mod, params=params, input_shape=tuple(example.shape), input_dtype=dtype_name(example), max_batch=max_batch
     )
 
 

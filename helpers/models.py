@@ -102,11 +102,11 @@ class ImportedModel:
         return len(self.params)
 
 
-def export(model: torch.nn.Module, example: torch.Tensor) -> torch.export.ExportedProgram:
+def export(model: torch.nn.Module, example: torch.Tensor, dynamic_shapes=None) -> torch.export.ExportedProgram:
     """torch.export the model in inference mode, with one clear error for a bad input."""
     try:
         with torch.no_grad():
-            return torch.export.export(model, (example,))
+            return torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes)
     except RuntimeError as err:
         if "shape" in str(err).lower() or "size" in str(err).lower():
             raise InputShapeError(
@@ -121,12 +121,17 @@ def import_to_relax(model: torch.nn.Module, example: torch.Tensor) -> ImportedMo
     """torch.export -> Relax, with the weights detached as separate parameters."""
     if not isinstance(example, torch.Tensor):
         raise InputShapeError(f"The example input must be a torch.Tensor, got {type(example).__name__}.")
-    program = export(model, example)
+    mod, params = to_relax(export(model, example))
+    return ImportedModel(mod=mod, params=params, input_shape=tuple(example.shape), input_dtype=dtype_name(example))
+
+
+def to_relax(program: torch.export.ExportedProgram) -> tuple[tvm.IRModule, list]:
+    """An exported program as a Relax module, its weights detached: (module, weights of main)."""
     mod = from_exported_program(program, keep_params_as_input=True)
     mod, params = relax.frontend.detach_params(mod)
-    return ImportedModel(
-        mod=mod,
-        params=list(params.get("main", [])),
-        input_shape=tuple(example.shape),
-        input_dtype=str(example.dtype).replace("torch.", ""),
-    )
+    return mod, list(params.get("main", []))
+
+
+def dtype_name(tensor: torch.Tensor) -> str:
+    """``torch.float32`` -> ``"float32"``, the spelling TVM uses."""
+    return str(tensor.dtype).replace("torch.", "")
