@@ -29,8 +29,13 @@ browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; } \
 	  || echo "chromium is missing and needs root to install (apt-get install chromium): the browser test will be skipped"
 
+# Jupyter refuses to run as root unless told; containers and CI machines often are root.
+AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+LAB_ROOT ?= notebooks
+
 lab: env
-	$(BIN)/jupyter lab --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_ROOT) $(AS_ROOT) $(LAB_ARGS)
 
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
 test: env browser

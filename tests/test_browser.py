@@ -3,9 +3,9 @@ headless Chromium (Debian's package) by Playwright. A screenshot lands in artifa
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -39,15 +39,17 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(REPO / "notebooks" / DAY, root / DAY)
     port = _free_port()
-    jupyter = Path(sys.executable).parent / "jupyter"
+    # Started the way a learner starts it: the README's `make lab` (scratch root, headless options).
+    lab_args = f"--no-browser --port={port} --ServerApp.token={TOKEN} --ServerApp.ip=127.0.0.1"
     proc = subprocess.Popen(
-        [str(jupyter), "lab", "--no-browser", f"--port={port}", f"--ServerApp.token={TOKEN}",
-         f"--ServerApp.root_dir={root}", "--allow-root", "--ServerApp.ip=127.0.0.1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        ["make", "-s", "lab", f"LAB_ROOT={root}", f"LAB_ARGS={lab_args}"], cwd=REPO,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
+            if proc.poll() is not None:
+                pytest.fail(f"`make lab` exited with {proc.returncode} before JupyterLab served the course")
             try:
                 urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
                 break
@@ -57,8 +59,9 @@ def lab(tmp_path_factory):
             pytest.fail("JupyterLab did not start within 60 s")
         yield base
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # make and the JupyterLab it started
+            proc.wait(timeout=30)
 
 
 def test_student_notebook_runs_with_the_course_kernel_and_shows_a_plot(lab):
