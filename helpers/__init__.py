@@ -6,4 +6,12 @@ Each module has one job: machine (targets), models (load and import), build
 envcheck (Day 0), grading (the instructor's nbgrader pipeline).
 """
 
+import os
+
+# TVM pins its pool's threads to cores. In one process with PyTorch, whose own threads then queue
+# behind them, that made a PyTorch conv2d take 16 ms instead of 0.3 ms right after a parallel TVM
+# kernel on 2 cores, and a pinned TVM worker stalls on a core another program keeps busy. The
+# course runs both libraries side by side, so pinning is off unless the learner sets it.
+os.environ.setdefault("TVM_BIND_THREADS", "0")
+
 __version__ = "0.1.0"
