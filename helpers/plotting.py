@@ -105,3 +105,48 @@ def plot_speedups(timings: Sequence[Timing], baseline: str, title: str = "Speedu
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def plot_gflops(
+    timings: Sequence[Timing],
+    flops: int,
+    peak: float | None = None,
+    reference: str | None = None,
+    title: str = "GFLOP/s after each schedule step",
+):
+    """GFLOP/s of each version (bars, IQR whiskers), with the estimated peak and a reference as lines.
+
+    ``reference`` names the Timing drawn as a horizontal line instead of a bar
+    (e.g. PyTorch on the same kernel); ``peak`` is the machine's estimated ceiling.
+    """
+    if flops <= 0:
+        raise ValueError(f"flops must be positive, got {flops}")
+    labels = [t.label for t in timings]
+    if reference is not None and reference not in labels:
+        raise ValueError(f"No timing labelled {reference!r}; labels are {labels}.")
+    bars = [t for t in timings if t.label != reference]
+    if not bars:
+        raise ValueError("plot_gflops needs at least one timing besides the reference.")
+
+    def rate(ms: float) -> float:
+        return flops / (ms * 1e6)
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    values = [rate(t.median_ms) for t in bars]
+    yerr = [[v - rate(t.q3_ms) for v, t in zip(values, bars)], [rate(t.q1_ms) - v for v, t in zip(values, bars)]]
+    drawn = ax.bar([t.label for t in bars], values, yerr=yerr, capsize=3, color="tab:blue")
+    ax.bar_label(drawn, fmt="%.1f", padding=2, fontsize=8)
+    if reference is not None:
+        ref = next(t for t in timings if t.label == reference)
+        ax.axhline(rate(ref.median_ms), color="tab:orange", linestyle="--", label=f"{reference}: {rate(ref.median_ms):.1f} GFLOP/s")
+    if peak is not None:
+        ax.axhline(peak, color="tab:red", linestyle=":", label=f"estimated peak: {peak:.0f} GFLOP/s")
+    ax.set_ylabel("GFLOP/s (median; whiskers: IQR)")
+    ax.set_xlabel("schedule step")
+    ax.set_title(title)
+    ax.tick_params(axis="x", labelrotation=20)
+    if reference is not None or peak is not None:
+        ax.legend(loc="upper left", fontsize=8)
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -55,3 +55,15 @@ def test_share_plot_has_one_bar_per_build_and_operator():
     assert "%" in ax.get_xlabel()
     with pytest.raises(ValueError, match="at least one build"):
         plotting.plot_shares({})
+
+
+def test_gflops_plot_draws_steps_as_bars_and_peak_and_reference_as_lines():
+    steps = [timing.Timing(label, 1, [ms, ms * 1.1, ms * 0.9]) for label, ms in (("naive", 10.0), ("fast", 1.0), ("torch", 2.0))]
+    fig = plotting.plot_gflops(steps, flops=2_000_000, peak=100.0, reference="torch")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["naive", "fast"]
+    assert "GFLOP/s" in ax.get_ylabel() and ax.get_title()
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("peak: 100" in t for t in legend) and any(t.startswith("torch: 1.0") for t in legend)
+    with pytest.raises(ValueError, match="No timing labelled"):
+        plotting.plot_gflops(steps, flops=1, reference="jax")

@@ -1,0 +1,74 @@
+import os
+
+os.environ.setdefault("TVM_NUM_THREADS", "2")
+
+import numpy as np
+import pytest
+from tvm import s_tir
+
+from helpers import kernels
+
+
+def test_peak_and_lanes():
+    assert kernels.peak_gflops(2, 2.5, 16) == 2 * 2.5 * 2 * 2 * 16
+    assert kernels.float32_lanes() in (2, 4, 8, 16)
+    with pytest.raises(ValueError, match="ghz"):
+        kernels.peak_gflops(1, 0.0, 8)
+
+
+def test_packing_round_trips_and_puts_channels_innermost():
+    x = np.arange(1 * 32 * 3 * 5, dtype=np.float32).reshape(1, 32, 3, 5)
+    packed = kernels.pack_nchwc(x, 8)
+    assert packed.shape == (1, 4, 3, 5, 8)
+    assert packed[0, 2, 1, 4, 5] == x[0, 2 * 8 + 5, 1, 4]
+    assert np.array_equal(kernels.unpack_nchwc(packed), x)
+    w = np.arange(16 * 8, dtype=np.float32).reshape(16, 8, 1, 1)
+    assert kernels.pack_weight(w, 4)[3, 1, 0, 0, 2, 1] == w[3 * 4 + 1, 1 * 4 + 2, 0, 0]
+    with pytest.raises(kernels.KernelShapeError, match="multiples of the block"):
+        kernels.pack_nchwc(np.zeros((1, 12, 2, 2), np.float32), 8)
+    with pytest.raises(kernels.KernelShapeError, match="positive integer"):
+        kernels.PointwiseShape(0, 8, 2, 2)
+
+
+def test_naive_and_scheduled_kernels_match_pytorch_and_the_schedule_is_faster():
+    shape = kernels.PointwiseShape(96, 64, 7, 7)
+    problem = kernels.PointwiseProblem.make(shape)
+    naive = kernels.build(kernels.pointwise_nchwc(shape, 16))
+    kernels.check(naive, problem, 16)
+    kernels.check(kernels.build(kernels.pointwise_nchw(shape)), problem, None)
+    sch = s_tir.Schedule(kernels.pointwise_nchwc(shape, 16))
+    n, oco, h, w, oci, ico, ici = sch.get_loops(sch.get_sblock("conv"))
+    sch.reorder(n, oco, h, ico, ici, w, oci)
+    sch.vectorize(oci)
+    sch.parallel(sch.fuse(n, oco, h))
+    assert kernels.loop_nest(sch).startswith("parallel ") and "vectorized oc_inner(16)" in kernels.loop_nest(sch)
+    fast = kernels.build(sch)
+    kernels.check(fast, problem, 16)
+    timings = kernels.measure({"naive": kernels.tvm_runner(naive, problem.args(16)),
+                               "fast": kernels.tvm_runner(fast, problem.args(16))}, repeats=3, min_sample_ms=2)
+    assert kernels.speedup(timings, "fast", "naive") > 2
+    assert kernels.gflops(timings[0], shape.flops) > 0
+
+
+def test_a_wrong_kernel_is_caught():
+    shape = kernels.PointwiseShape(16, 16, 2, 2)
+    problem = kernels.PointwiseProblem.make(shape)
+    lib = kernels.build(kernels.pointwise_nchwc(shape, 16))
+    problem.expected = problem.expected + 1.0
+    with pytest.raises(kernels.KernelMismatchError, match="relative error"):
+        kernels.check(lib, problem, 16)
+
+
+def test_relax_module_has_one_conv():
+    mod = kernels.pointwise_relax(kernels.PointwiseShape(16, 32, 4, 4))
+    assert int(mod["main"].attrs["num_input"]) == 1
+
+
+def test_thread_pool_sets_and_restores_tvm_threads():
+    before = kernels.threads()
+    with kernels.thread_pool(1):
+        assert kernels.threads() == 1
+    assert kernels.threads() == before
+    with pytest.raises(ValueError, match="at least 1 thread"):
+        with kernels.thread_pool(0):
+            pass
