@@ -13,7 +13,7 @@ REPO = grading.REPO
 ASSIGNMENTS = grading.assignments()
 # Days whose graded cells time things: graded while one core is kept busy, as on a shared
 # classroom machine, so a correct answer must pass on ratios measured in one run, with margins.
-TIMED = {"day04_benchmark"}
+TIMED = {"day04_benchmark", "day07_layouts"}
 
 
 def _cells(path: Path) -> list[dict]:
