@@ -150,3 +150,31 @@ def plot_gflops(
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def plot_tuning_curve(points: Sequence[dict], title: str = "Tuning: end-to-end latency against tuning time"):
+    """Tuned latency after each tuning budget, against the eager latency measured beside it.
+
+    ``points`` are the records of a tuning curve (``helpers.benchmark``): each has
+    ``tuning_s``, ``trials_per_task``, ``tuned_ms``, ``eager_ms`` and their IQRs.
+    Eager is drawn per point because it was re-measured in the same run each time.
+    """
+    if not points:
+        raise ValueError("plot_tuning_curve needs at least one point of a tuning curve.")
+    points = sorted(points, key=lambda p: p["tuning_s"])
+    minutes = [p["tuning_s"] / 60 for p in points]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for key, label, color in (("tuned_ms", "TVM tuned", "tab:green"), ("eager_ms", "PyTorch eager", "tab:orange")):
+        values = [p[key] for p in points]
+        spread = [p[key.replace("_ms", "_iqr_ms")] / 2 for p in points]
+        ax.errorbar(minutes, values, yerr=spread, marker="o", capsize=3, color=color, label=label)
+    for m, p in zip(minutes, points):
+        ax.annotate(f"{p['trials_per_task']}/task", (m, p["tuned_ms"]), textcoords="offset points", xytext=(4, 6), fontsize=8)
+    ax.set_xlabel("tuning time on this machine (minutes)")
+    ax.set_ylabel("latency, batch 1 (ms, median; bars: IQR)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig

@@ -17,8 +17,16 @@ Three things about MetaSchedule in TVM 0.27 shape this module:
 
 A tuning directory (``work_dir``) holds MetaSchedule's two JSON files,
 ``database_workload.json`` (the kernels) and ``database_tuning_record.json``
-(the measured schedules, each with the target it was tuned for), and ``logs/``
-with MetaSchedule's own per-task logs.
+(the measured schedules, each with the target it was tuned for), ``logs/``
+with MetaSchedule's own per-task logs, and ``course_tuning.json``: how the
+kernels were prepared (with or without weight prepacking), so that applying the
+database prepares them the same way.
+
+Weight prepacking (``prepack=True``, TVM's ``cpu_weight_prepack``) lets each
+tuned schedule choose the memory layout of its weights (e.g. blocked for the
+vector lanes, as on Day 7). The build then has a second function,
+``main_transform_params``, that rewrites the weights into those layouts once;
+``compile_tuned`` runs it when it loads the model.
 """
 
 from __future__ import annotations
@@ -26,9 +34,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import logging
 import math
 import re
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,12 +51,14 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder, local_builder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from .build import fuse
+from .build import CompiledModel, device_for, fuse
 from .errors import CourseError, TuningDatabaseError
+from .models import ImportedModel
 
 WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 LOG_DIR = "logs"
+SETTINGS_FILE = "course_tuning.json"
 
 # MetaSchedule's default evolutionary search keeps 512 candidates in its
 # population and measures up to 64 of them per round: 8 per measured trial.
@@ -150,13 +162,31 @@ class _ProgressCallback(PyMeasureCallback):
 # ------------------------------------------------------------------ preparation
 
 
-def _prepare(mod: tvm.IRModule, target: tvm.target.Target) -> tvm.IRModule:
+def _prepare(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool) -> tvm.IRModule:
     """Legalize and fuse the module into the TIR kernels that tuning works on.
 
     ``tune`` and ``apply_database`` must run the same passes: database records
-    are found by the exact (structural) form of each fused kernel.
+    are found by the exact (structural) form of each fused kernel. With
+    ``prepack``, each kernel's weight buffers are marked layout-free, so a
+    schedule may store them in whatever layout suits it.
     """
-    return fuse(mod, target)
+    fused = fuse(mod, target)
+    return relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
+
+
+def _write_settings(work_dir: Path, prepack: bool) -> None:
+    path = work_dir / SETTINGS_FILE
+    if path.is_file() and _read_settings(work_dir).get("prepack") != prepack:
+        raise TuningDatabaseError(
+            f"{work_dir} holds a database tuned with prepack={not prepack}; its kernels "
+            f"differ from those of prepack={prepack}. Tune into another directory."
+        )
+    path.write_text(json.dumps({"prepack": prepack}, indent=1) + "\n")
+
+
+def _read_settings(work_dir: Path) -> dict:
+    path = Path(work_dir) / SETTINGS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
@@ -181,7 +211,14 @@ def _quiet_metaschedule() -> Iterator[None]:
     plus a C++ printout after every round; it asks ``get_ipython()`` (looked up in
     its ``utils`` module) whether it runs in a notebook, so the answer is no here.
     """
-    logging.getLogger(MS_LOGGER).setLevel(logging.WARNING)
+    ms_logger = logging.getLogger(MS_LOGGER)
+    ms_logger.setLevel(logging.WARNING)
+    # Each run adds a console and a file handler for its own work_dir. Close the previous run's:
+    # MetaSchedule would keep writing to its old log file, and a handler it cannot name (pytest's
+    # logging reconfigures loggers between tests) breaks its log set-up on the next run.
+    for handler in list(ms_logger.handlers):
+        ms_logger.removeHandler(handler)
+        handler.close()
     ms_utils = ms.utils
     had_own = "get_ipython" in vars(ms_utils)
     previous = vars(ms_utils).get("get_ipython")
@@ -195,6 +232,26 @@ def _quiet_metaschedule() -> Iterator[None]:
             del ms_utils.get_ipython
 
 
+def task_table(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool = False) -> list[dict]:
+    """The tasks MetaSchedule would tune in ``mod``: one per distinct fused kernel.
+
+    Each entry: ``task`` (the kernel's name), ``calls`` (how many times the model
+    calls it: MetaSchedule's task weight), ``mflop`` (estimated arithmetic of
+    one call) and ``mflop_total`` (times the calls). Sorted by total, largest
+    first: the tasks where tuning can win the most time.
+    """
+    import_tensor_intrinsics()
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    rows = []
+    for task in _tasks(_prepare(mod, target, prepack), target):
+        mflop = float(estimate_tir_flops(task.dispatched[0])) / 1e6
+        rows.append(
+            {"task": task.task_name, "calls": int(task.weight), "mflop": mflop, "mflop_total": mflop * int(task.weight)}
+        )
+    return sorted(rows, key=lambda r: -r["mflop_total"])
+
+
 # ----------------------------------------------------------------------- tuning
 
 
@@ -206,6 +263,8 @@ def tune(
     params: dict | None = None,
     progress: bool = True,
     max_trials_global: int | None = None,
+    prepack: bool = False,
+    seed: int | None = 0,
 ) -> Path:
     """Tune every kernel of a Relax module for ``target``; return the database's directory.
 
@@ -226,6 +285,13 @@ def tune(
     goes into ``work_dir``, and tuning into a directory that already has one adds
     to it. MetaSchedule's logs go to ``work_dir/logs``; ``progress`` shows a bar
     over the trials on stdout (stdout, not stderr: graders count stderr as failure).
+
+    ``prepack`` tunes with weight prepacking (see the module's docstring); the
+    choice is saved in ``work_dir`` and ``apply_database`` follows it.
+
+    ``seed`` fixes the search's random choices, so the same budget on the same
+    machine explores the same candidates (the measured times still vary); pass
+    ``None`` for a different search every run.
     """
     if max_trials_per_task < 1:
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
@@ -234,7 +300,7 @@ def tune(
     import_tensor_intrinsics()
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    tasks = _tasks(_prepare(mod, target), target)
+    tasks = _tasks(_prepare(mod, target, prepack), target)
     if not tasks:
         raise CourseError(
             "This module has no kernels to tune: after legalization and fusion it has no "
@@ -243,8 +309,9 @@ def tune(
     budget = max_trials_per_task * len(tasks)
     if max_trials_global is not None:
         budget = min(budget, max_trials_global)
+    _write_settings(work_dir, prepack)
     with _quiet_metaschedule():
-        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget, progress)
+        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget, progress, seed)
     if not _measured_records(_load_database(work_dir), target):
         raise TuningDatabaseError(
             f"Tuning ran but no candidate was built and measured successfully, so {work_dir} "
@@ -261,6 +328,7 @@ def _run_tuning(
     max_trials_per_task: int,
     budget: int,
     progress: bool,
+    seed: int | None = None,
 ) -> None:
     """MetaSchedule's ``tune_tasks`` with the in-process builder and a progress bar."""
     per_round = min(MAX_TRIALS_PER_ROUND, max_trials_per_task)
@@ -269,7 +337,7 @@ def _run_tuning(
         population_size=population, init_min_unmeasured=min(50, population)
     )
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, str(work_dir), strategy=strategy, num_threads=_num_threads(target)
+        tasks, str(work_dir), strategy=strategy, num_threads=_num_threads(target), seed=seed
     )
     bar = tqdm(
         total=budget,
@@ -394,19 +462,25 @@ def _database_for_target(db, target: tvm.target.Target, work_dir: Path):
     return memory
 
 
-def apply_database(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path) -> tvm.IRModule:
+def apply_database(
+    mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, prepack: bool | None = None
+) -> tvm.IRModule:
     """Fuse ``mod`` into kernels and give each the best schedule tuned for ``target``.
 
     Only records tuned for this exact target are used (MetaSchedule's own pass
     would take the fastest record for a kernel whatever CPU it was tuned on).
-    Kernels with no record keep TVM's default, untuned code. Raises
-    ``TuningDatabaseError`` when the database is missing or unreadable, holds no
-    record for ``target``, or has none of the module's kernels.
+    Kernels with no record keep TVM's default, untuned code. ``prepack`` defaults
+    to what the database was tuned with; with prepacking, the weight layout
+    rewrites are split out of the kernels and lifted into ``main_transform_params``.
+    Raises ``TuningDatabaseError`` when the database is missing or unreadable,
+    holds no record for ``target``, or has none of the module's kernels.
     """
     work_dir = Path(work_dir)
     db = _database_for_target(_load_database(work_dir), target, work_dir)
+    if prepack is None:
+        prepack = bool(_read_settings(work_dir).get("prepack", False))
     import_tensor_intrinsics()  # records may replay tensorized schedules
-    prepared = _prepare(mod, target)
+    prepared = _prepare(mod, target, prepack)
     tasks = _tasks(prepared, target)
     found = [t.task_name for t in tasks if db.has_workload(t.dispatched[0])]
     if tasks and not found:
@@ -415,19 +489,94 @@ def apply_database(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str |
             f"0 of this module's {len(tasks)} kernels ({names}) are in the tuning database in "
             f"{work_dir}, which holds {len(_workloads(_measured_records(db)))} tuned kernel(s) "
             "for your target. It was tuned for another model or input shape (kernels are matched "
-            "by their exact shapes). Tune this module: tune(mod, target, work_dir, ...)."
+            f"by their exact shapes), or with prepack={not prepack}. "
+            "Tune this module: tune(mod, target, work_dir, ...)."
         )
     with target, db, tvm.transform.PassContext(opt_level=3):
-        return relax.transform.MetaScheduleApplyDatabase(enable_warning=False)(prepared)
+        passes = [relax.transform.MetaScheduleApplyDatabase(enable_warning=False)]
+        if prepack:
+            passes += [
+                relax.transform.SplitLayoutRewritePreproc(),
+                relax.transform.LiftTransformParams(),
+                relax.transform.FoldConstant(),
+            ]
+        return tvm.transform.Sequential(passes)(prepared)
 
 
-def build_tuned(mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path) -> tvm.runtime.Executable:
+def build_tuned(
+    mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, prepack: bool | None = None
+) -> tvm.runtime.Executable:
     """Compile ``mod`` with its tuned kernels: fuse, apply the database, then ``tvm.compile``.
 
-    The result runs like any executable: ``relax.VirtualMachine(ex, tvm.cpu())``,
-    with the same inputs and weights as the untuned build.
+    Without prepacking the result runs like any executable, with the same inputs
+    and weights as the untuned build. With it, the weights must first go through
+    ``main_transform_params``: ``compile_tuned`` does that for you.
     """
-    return tvm.compile(apply_database(mod, target, work_dir), target=target, relax_pipeline="default")
+    applied = apply_database(mod, target, work_dir, prepack)
+    return tvm.compile(applied, target=target, relax_pipeline="default")
+
+
+def compile_tuned(
+    imported: ImportedModel, target: tvm.target.Target, work_dir: str | Path, prepack: bool | None = None
+) -> CompiledModel:
+    """Build ``imported`` with its tuned kernels and load it, weights prepacked if tuned so.
+
+    The prepacking (``main_transform_params``) runs once here, as a deployed
+    model would run it once at start-up; the model is then called like any other.
+    """
+    executable = build_tuned(imported.mod, target, work_dir, prepack)
+    device = device_for(target)
+    vm = relax.VirtualMachine(executable, device)
+    params = [tvm.runtime.tensor(p.numpy(), device) for p in imported.params]
+    if _has_function(vm, "main_transform_params"):
+        params = list(vm["main_transform_params"](params))
+    return CompiledModel(
+        executable=executable,
+        vm=vm,
+        device=device,
+        params=params,
+        input_shape=imported.input_shape,
+        input_dtype=imported.input_dtype,
+        target=target,
+    )
+
+
+def _has_function(vm: relax.VirtualMachine, name: str) -> bool:
+    try:
+        vm[name]
+    except (AttributeError, KeyError, RuntimeError, ValueError):
+        return False
+    return True
+
+
+def prune_database(work_dir: str | Path, keep: int = 1) -> int:
+    """Keep only the ``keep`` fastest measured records of each kernel; return how many remain.
+
+    Building replays only the fastest record of each kernel, so a database to
+    ship needs no more; the rest (failed and slower candidates, a few megabytes
+    per hundred trials) only trains the cost model when tuning goes on.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be at least 1, got {keep}.")
+    work_dir = Path(work_dir)
+    db = _load_database(work_dir)
+    staging = work_dir / "pruning"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    pruned = ms.database.JSONDatabase(work_dir=str(staging))
+    kept = 0
+    for workload, group in _workloads(_measured_records(db)):
+        copy = pruned.commit_workload(workload.mod)
+        for record in sorted(group, key=_mean_secs)[:keep]:
+            pruned.commit_tuning_record(
+                ms.database.TuningRecord(record.trace, copy, record.run_secs, record.target, record.args_info)
+            )
+            kept += 1
+    del pruned
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        (staging / name).replace(work_dir / name)
+    staging.rmdir()
+    return kept
 
 
 # --------------------------------------------------------------------- summary

@@ -67,3 +67,20 @@ def test_gflops_plot_draws_steps_as_bars_and_peak_and_reference_as_lines():
     assert any("peak: 100" in t for t in legend) and any(t.startswith("torch: 1.0") for t in legend)
     with pytest.raises(ValueError, match="No timing labelled"):
         plotting.plot_gflops(steps, flops=1, reference="jax")
+
+
+def test_tuning_curve_plot_draws_both_latencies_against_minutes():
+    points = [
+        {"trials_per_task": 16, "tuning_s": 1200.0, "tuned_ms": 12.0, "tuned_iqr_ms": 0.2, "eager_ms": 13.0, "eager_iqr_ms": 1.0},
+        {"trials_per_task": 8, "tuning_s": 600.0, "tuned_ms": 20.0, "tuned_iqr_ms": 0.4, "eager_ms": 12.0, "eager_iqr_ms": 0.8},
+    ]
+    fig = plotting.plot_tuning_curve(points)
+    ax = fig.axes[0]
+    assert "minutes" in ax.get_xlabel() and "ms" in ax.get_ylabel()
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"TVM tuned", "PyTorch eager"}
+    tuned = next(c for c in ax.containers if c.get_label() == "TVM tuned")  # errorbar: line, caps, bars
+    assert list(tuned.lines[0].get_xdata()) == [10.0, 20.0]  # sorted by tuning time, in minutes
+    assert list(tuned.lines[0].get_ydata()) == [20.0, 12.0]
+    assert {t.get_text() for t in ax.texts} == {"8/task", "16/task"}
+    with pytest.raises(ValueError, match="at least one point"):
+        plotting.plot_tuning_curve([])

@@ -6,6 +6,7 @@ task: enough for real records, in 10 to 20 s on two cores.
 
 import contextlib
 import io
+import json
 import re
 import shutil
 import time
@@ -20,6 +21,7 @@ from tvm.s_tir import meta_schedule as ms
 
 from helpers import tuning
 from helpers.errors import CourseError, TuningDatabaseError
+from helpers.models import ImportedModel
 
 TRIALS_PER_TASK = 2
 
@@ -200,3 +202,51 @@ def test_a_database_missing_one_file_names_that_file(imported, target, tuned, tm
     shutil.copy(tuned["dir"] / tuning.WORKLOAD_FILE, half)
     with pytest.raises(TuningDatabaseError, match=tuning.RECORD_FILE + " is missing"):
         tuning.apply_database(mod, target, half)
+
+
+@pytest.fixture(scope="module")
+def tuned_prepacked(imported, target, tmp_path_factory):
+    mod, _ = imported
+    work_dir = tmp_path_factory.mktemp("prepacked")
+    with contextlib.redirect_stdout(io.StringIO()):
+        tuning.tune(mod, target, work_dir, max_trials_per_task=TRIALS_PER_TASK, prepack=True)
+    return work_dir
+
+
+def test_prepacked_tuning_lifts_the_weight_layout_into_transform_params(imported, model, example, target, tuned_prepacked):
+    mod, params = imported
+    assert json.loads((tuned_prepacked / tuning.SETTINGS_FILE).read_text()) == {"prepack": True}
+    applied = tuning.apply_database(mod, target, tuned_prepacked)  # prepack taken from the settings file
+    assert "main_transform_params" in {gv.name_hint for gv in applied.functions}
+    compiled = tuning.compile_tuned(ImportedModel(mod, params, tuple(example.shape), "float32"), target, tuned_prepacked)
+    packed_shapes = [tuple(p.shape) for p in compiled.params]
+    assert packed_shapes != [tuple(p.shape) for p in params], "the weights should have been prepacked"
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(example), model(example).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_prepacked_and_plain_databases_do_not_mix(imported, target, tuned, tuned_prepacked):
+    mod, _ = imported
+    with pytest.raises(TuningDatabaseError, match="prepack=True"):
+        tuning.apply_database(mod, target, tuned_prepacked, prepack=False)
+    with pytest.raises(TuningDatabaseError, match="tuned with prepack=True"):
+        tuning.tune(mod, target, tuned_prepacked, max_trials_per_task=1, prepack=False)
+
+
+def test_task_table_weights_repeated_kernels(target):
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Conv2d(8, 8, 1, bias=False)
+            self.b = torch.nn.Conv2d(8, 8, 1, bias=False)
+
+        def forward(self, x):
+            return torch.relu(self.b(torch.relu(self.a(x))))  # the same kernel twice
+
+    torch.manual_seed(0)
+    mod, _ = _import(Twice().eval(), torch.randn(1, 8, 10, 10))
+    rows = tuning.task_table(mod, target)
+    conv = [r for r in rows if "conv2d" in r["task"]]
+    assert len(conv) == 1 and conv[0]["calls"] == 2, rows  # one task, called twice
+    assert all(r["mflop"] > 0 and r["mflop_total"] == pytest.approx(r["mflop"] * r["calls"]) for r in rows)
+    assert [r["mflop_total"] for r in rows] == sorted((r["mflop_total"] for r in rows), reverse=True)
