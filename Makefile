@@ -11,7 +11,7 @@ KERNEL := tvm-course
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser lab test student outputs submit autograde feedback grades clean-env
+.PHONY: env browser lab test benchmark student outputs submit autograde feedback grades clean-env
 
 env: $(READY)
 
@@ -40,6 +40,10 @@ lab: env
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
 test: env browser
 	TVM_COURSE_QUICK=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
+benchmark: env
+	$(BIN)/python -m helpers.benchmark table $(MODELS)
 
 # Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).
 student: env

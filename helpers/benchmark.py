@@ -1,0 +1,309 @@
+"""The course's benchmark: tune models in stages, and print "is it actually faster?".
+
+Two commands (see the README):
+
+* ``python -m helpers.benchmark tune mobilenet_v2 --stages 8 16 32 64 --keep 1`` tunes a
+  model with weight prepacking into the shipped database directory for this
+  machine, and after each stage measures tuned TVM against PyTorch eager in the
+  same run. The curve (trials per task, tuning time, both latencies) is saved
+  beside the database, so Day 8 can show how long tuning takes to reach parity.
+* ``python -m helpers.benchmark table`` measures, for each model, PyTorch eager,
+  torch.compile, untuned TVM and tuned TVM (where a database for this machine
+  exists) side by side, and writes the table with the machine it came from to
+  ``results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import tvm
+
+from . import machine, models, timing, tuning
+from .build import check_parity, compile_model
+
+REPO = Path(__file__).resolve().parent.parent
+TUNING_ROOT = REPO / "tuning"
+RESULTS_ROOT = REPO / "results"
+CURVE_FILE = "tuning_curve.json"
+BENCH_MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
+
+
+def database_dir(model: str, target: tvm.target.Target, batch: int = 1, root: Path = TUNING_ROOT) -> Path:
+    """Where the course keeps (and ships) the database for a model on a target.
+
+    The name carries what a record is only valid for: model, batch, the CPU
+    LLVM tunes for and the core count, e.g. ``mobilenet_v2-b1-znver4-2cores``.
+    """
+    mcpu = str(target.attrs.get("mcpu", target.kind.name))
+    cores = target.attrs.get("num-cores")
+    return root / f"{model}-b{batch}-{mcpu}-{cores}cores"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
+
+
+# ------------------------------------------------------------------ tuning curve
+
+
+@dataclass
+class CurvePoint:
+    """The tuned model after a given tuning budget, timed against eager in one run."""
+
+    trials_per_task: int
+    records: int
+    tuning_s: float
+    eager_ms: float
+    eager_iqr_ms: float
+    tuned_ms: float
+    tuned_iqr_ms: float
+
+    @property
+    def speedup(self) -> float:
+        return self.eager_ms / self.tuned_ms
+
+
+def read_curve(work_dir: str | Path) -> dict:
+    """The tuning curve saved beside a database: ``{"model", "machine", "points": [...]}``."""
+    path = Path(work_dir) / CURVE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No tuning curve at {path}: it is written by "
+            "`python -m helpers.benchmark tune MODEL --stages ...`."
+        )
+    return json.loads(path.read_text())
+
+
+def _time_eager_and_tuned(model, x, compiled, repeats: int) -> tuple[timing.Timing, timing.Timing]:
+    eager, tuned = timing.measure(
+        {"PyTorch eager": timing.torch_runner(model, x), "TVM tuned": timing.tvm_runner(compiled, x)},
+        warmup=5,
+        repeats=repeats,
+    )
+    return eager, tuned
+
+
+def tune_in_stages(
+    model_name: str,
+    stages: Sequence[int],
+    batch: int = 1,
+    work_dir: Path | None = None,
+    repeats: int = 50,
+    keep: int | None = None,
+) -> Path:
+    """Tune ``model_name`` with prepacking up to each cumulative budget in ``stages``.
+
+    ``stages`` are trials per task, cumulative (8, 16, 32 means 8, then 8 more,
+    then 16 more). After each stage the tuned build is checked against PyTorch
+    and timed against eager, and the point is appended to the curve file, so a
+    run stopped half-way keeps what it measured. ``keep`` prunes the database
+    to the fastest ``keep`` records per kernel at the end (for shipping; tuning
+    on from a pruned database starts its cost model almost from scratch).
+    """
+    target = machine.cpu_target()
+    work_dir = work_dir or database_dir(model_name, target, batch)
+    model = models.load_model(model_name)
+    x = models.example_input(batch)
+    imported = models.import_to_relax(model, x)
+    curve_path = work_dir / CURVE_FILE
+    curve = read_curve(work_dir) if curve_path.is_file() else {
+        "model": model_name,
+        "batch": batch,
+        "target": str(target),
+        "machine": machine.describe().as_dict(),
+        "points": [],
+    }
+    done = curve["points"][-1]["trials_per_task"] if curve["points"] else 0
+    spent = curve["points"][-1]["tuning_s"] if curve["points"] else 0.0
+    for total in stages:
+        if total <= done:
+            continue
+        start = time.perf_counter()
+        tuning.tune(imported.mod, target, work_dir, max_trials_per_task=total - done, prepack=True)
+        spent += time.perf_counter() - start
+        done = total
+        compiled = tuning.compile_tuned(imported, target, work_dir)
+        check_parity(compiled, model, x)
+        eager, tuned = _time_eager_and_tuned(model, x, compiled, repeats)
+        point = CurvePoint(
+            trials_per_task=total,
+            records=tuning.database_summary(work_dir)["records"],
+            tuning_s=round(spent, 1),
+            eager_ms=eager.median_ms,
+            eager_iqr_ms=eager.iqr_ms,
+            tuned_ms=tuned.median_ms,
+            tuned_iqr_ms=tuned.iqr_ms,
+        )
+        curve["points"].append(asdict(point))
+        curve_path.write_text(json.dumps(curve, indent=1) + "\n")
+        print(
+            f"{total} trials/task, {point.records} records, {spent / 60:.1f} min tuning: "
+            f"eager {point.eager_ms:.2f} ms, tuned {point.tuned_ms:.2f} ms, {point.speedup:.2f}x",
+            flush=True,
+        )
+    if keep is not None:
+        ship(work_dir, keep)
+    return work_dir
+
+
+def ship(work_dir: Path, keep: int = 1) -> int:
+    """Prune a tuned database for the repository and note it in its curve."""
+    kept = tuning.prune_database(work_dir, keep)
+    curve = read_curve(work_dir)
+    curve["shipped_records_per_kernel"] = keep
+    (work_dir / CURVE_FILE).write_text(json.dumps(curve, indent=1) + "\n")
+    return kept
+
+
+# ------------------------------------------------------------------------ table
+
+EAGER, COMPILED, UNTUNED, TUNED = "PyTorch eager", "torch.compile", "TVM untuned", "TVM tuned"
+
+
+def benchmark_model(
+    model_name: str, batch: int = 1, repeats: int = 20, tuning_root: Path = TUNING_ROOT
+) -> dict:
+    """One row of the table: every backend on one model, timed interleaved in one run.
+
+    TVM tuned is left out (None) when no database was tuned for this machine's
+    target; its absence is part of the answer, not an error.
+    """
+    target = machine.cpu_target()
+    model = models.load_model(model_name)
+    x = models.example_input(batch)
+    imported = models.import_to_relax(model, x)
+    runners = {EAGER: timing.torch_runner(model, x)}
+    compiled_model = torch.compile(model)
+    start = time.perf_counter()
+    runners[COMPILED] = timing.torch_runner(compiled_model, x)
+    runners[COMPILED]()  # compiles on the first call
+    compile_s = time.perf_counter() - start
+    untuned = compile_model(imported, target)
+    check_parity(untuned, model, x)
+    runners[UNTUNED] = timing.tvm_runner(untuned, x)
+    work_dir = database_dir(model_name, target, batch, tuning_root)
+    trials = None
+    try:
+        tuned = tuning.compile_tuned(imported, target, work_dir)
+    except tuning.TuningDatabaseError as err:
+        print(f"{model_name}: no tuned build ({str(err).split('.')[0]}).", flush=True)
+    else:
+        check_parity(tuned, model, x)
+        runners[TUNED] = timing.tvm_runner(tuned, x)
+        trials = read_curve(work_dir)["points"][-1]["trials_per_task"] if (work_dir / CURVE_FILE).is_file() else None
+    load = _load_average()
+    timings = timing.measure(runners, batch=batch, warmup=3, repeats=repeats)
+    row = {"model": model_name, "batch": batch, "torch_compile_s": round(compile_s, 1), "trials_per_task": trials}
+    for t in timings:
+        row[t.label] = {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)}
+    row["load_average"] = [load, _load_average()]
+    return row
+
+
+def _load_average() -> float:
+    import os
+
+    return round(os.getloadavg()[0], 2)
+
+
+def _ms(row: dict, label: str) -> float | None:
+    return row[label]["median_ms"] if label in row else None
+
+
+def ratios(row: dict) -> dict[str, float | None]:
+    """Speedups (> 1: faster) of tuned TVM over eager and over torch.compile, of untuned TVM over eager."""
+    eager, compiled, untuned, tuned = (_ms(row, k) for k in (EAGER, COMPILED, UNTUNED, TUNED))
+    return {
+        "tuned_vs_eager": eager / tuned if tuned else None,
+        "tuned_vs_compile": compiled / tuned if tuned else None,
+        "untuned_vs_eager": eager / untuned if untuned else None,
+    }
+
+
+def format_table(rows: Sequence[dict], machine_summary: str) -> str:
+    """The benchmark as a Markdown table: medians (IQR) in ms, then speedups."""
+
+    def cell(row, label):
+        return f"{row[label]['median_ms']:.2f} ({row[label]['iqr_ms']:.2f})" if label in row else "no database"
+
+    def ratio(value):
+        return "—" if value is None else f"{value:.2f}×"
+
+    lines = [
+        f"Machine: {machine_summary}",
+        "",
+        "| model | batch | eager ms | torch.compile ms | TVM untuned ms | TVM tuned ms | tuned vs eager "
+        "| tuned vs torch.compile | untuned vs eager | trials/task |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for row in rows:
+        r = ratios(row)
+        lines.append(
+            f"| {row['model']} | {row['batch']} | {cell(row, EAGER)} | {cell(row, COMPILED)} | {cell(row, UNTUNED)} "
+            f"| {cell(row, TUNED)} | {ratio(r['tuned_vs_eager'])} | {ratio(r['tuned_vs_compile'])} "
+            f"| {ratio(r['untuned_vs_eager'])} | {row['trials_per_task'] or '—'} |"
+        )
+    lines += ["", "Medians of interleaved runs, interquartile range in brackets; speedup > 1 means faster."]
+    return "\n".join(lines)
+
+
+def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT) -> Path:
+    """``results/benchmark-<cpu>-<cores>cores.<suffix>``: one file per machine kind."""
+    mcpu = str(target.attrs.get("mcpu", target.kind.name))
+    return root / f"benchmark-{_slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
+
+
+def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, save: bool = True) -> str:
+    """Benchmark each model, print the table, and keep it (JSON and Markdown) in results/."""
+    info = machine.describe()
+    rows = []
+    for name in model_names:
+        print(f"benchmarking {name} ...", flush=True)
+        rows.append(benchmark_model(name, batch, repeats))
+    text = format_table(rows, info.summary())
+    print(text)
+    if save:
+        target = machine.cpu_target()
+        RESULTS_ROOT.mkdir(exist_ok=True)
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        record = {"measured": stamp, "machine": info.as_dict(), "target": str(target), "rows": rows}
+        results_path(target, "json").write_text(json.dumps(record, indent=1) + "\n")
+        results_path(target, "md").write_text(f"# Benchmark, measured {stamp}\n\n{text}\n")
+        print(f"saved {results_path(target, 'md')}")
+    return text
+
+
+# ------------------------------------------------------------------------- CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.benchmark", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    tune_cmd = sub.add_parser("tune", help="tune a model in stages into its database directory")
+    tune_cmd.add_argument("model", choices=models.available_models())
+    tune_cmd.add_argument("--stages", type=int, nargs="+", default=[8, 16, 32])
+    tune_cmd.add_argument("--batch", type=int, default=1)
+    tune_cmd.add_argument("--keep", type=int, default=None, help="prune to the K fastest records per kernel at the end")
+    table_cmd = sub.add_parser("table", help="eager, torch.compile, TVM untuned and tuned, side by side")
+    table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
+    table_cmd.add_argument("--batch", type=int, default=1)
+    table_cmd.add_argument("--repeats", type=int, default=20)
+    table_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    args = parser.parse_args(argv)
+    if args.command == "tune":
+        print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep))
+    else:
+        run_table(args.models or list(BENCH_MODELS), args.batch, args.repeats, save=not args.no_save)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

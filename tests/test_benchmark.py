@@ -1,0 +1,81 @@
+"""helpers.benchmark: where databases live, the table's ratios and text, the shipped results."""
+
+import json
+
+import pytest
+import tvm
+
+from helpers import benchmark, tuning
+
+
+def _target(mcpu="znver4", cores=2):
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})
+
+
+def _row(model, eager, compiled, untuned, tuned=None):
+    row = {"model": model, "batch": 1, "torch_compile_s": 30.0, "trials_per_task": 32 if tuned else None}
+    for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.UNTUNED, untuned),
+                      (benchmark.TUNED, tuned)):
+        if ms is not None:
+            row[label] = {"median_ms": ms, "iqr_ms": ms / 10, "repeats": 20}
+    return row
+
+
+def test_database_dir_names_what_its_records_are_valid_for(tmp_path):
+    path = benchmark.database_dir("resnet50", _target("skylake-avx512", 16), batch=4, root=tmp_path)
+    assert path == tmp_path / "resnet50-b4-skylake-avx512-16cores"
+    assert benchmark.database_dir("mobilenet_v2", _target()).parent == benchmark.TUNING_ROOT
+
+
+def test_ratios_are_speedups_and_missing_tuned_is_none():
+    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0))
+    assert r == {"tuned_vs_eager": 1.5, "tuned_vs_compile": 1.25, "untuned_vs_eager": 0.1}
+    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0))
+    assert r["tuned_vs_eager"] is None and r["tuned_vs_compile"] is None and r["untuned_vs_eager"] == 0.1
+
+
+def test_format_table_has_one_line_per_model_and_says_when_no_database():
+    text = benchmark.format_table(
+        [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0), _row("resnet50", 60.0, 50.0, 900.0)], "test cpu, 2 cores"
+    )
+    lines = text.splitlines()
+    assert lines[0] == "Machine: test cpu, 2 cores"
+    mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
+    assert "8.00 (0.80)" in mnv2 and "1.50×" in mnv2 and "1.25×" in mnv2 and "0.10×" in mnv2 and "| 32 |" in mnv2
+    r50 = next(line for line in lines if line.startswith("| resnet50"))
+    assert "no database" in r50 and "—" in r50
+
+
+def test_results_path_is_per_cpu_and_core_count(tmp_path):
+    assert benchmark.results_path(_target("znver4", 2), "md", tmp_path).name == "benchmark-znver4-2cores.md"
+
+
+def test_read_curve_says_how_to_make_a_missing_curve(tmp_path):
+    with pytest.raises(FileNotFoundError, match="helpers.benchmark tune"):
+        benchmark.read_curve(tmp_path)
+
+
+def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
+    shipped = [p for p in benchmark.TUNING_ROOT.iterdir() if p.is_dir()]
+    assert shipped, "the course ships at least one tuning database"
+    for directory in shipped:
+        curve = benchmark.read_curve(directory)
+        target = tvm.target.Target(json.loads(curve["target"]))
+        assert directory == benchmark.database_dir(curve["model"], target, curve["batch"]), directory.name
+        summary = tuning.database_summary(directory)
+        assert summary["targets"] == [str(target)], f"{directory.name}: records for other targets"
+        assert summary["failed_records"] < summary["records"]
+        points = curve["points"]
+        assert points and [p["trials_per_task"] for p in points] == sorted(p["trials_per_task"] for p in points)
+        kept = curve.get("shipped_records_per_kernel")
+        assert kept, f"{directory.name}: ship a pruned database (helpers.benchmark tune --keep)"
+        assert summary["records"] <= min(points[-1]["records"], kept * summary["workloads"])
+        assert json.loads((directory / tuning.SETTINGS_FILE).read_text()) == {"prepack": True}
+
+
+def test_shipped_results_name_their_machine():
+    for path in benchmark.RESULTS_ROOT.glob("benchmark-*.json"):
+        record = json.loads(path.read_text())
+        assert record["machine"]["cpu"] and record["machine"]["cores"] >= 1 and record["measured"]
+        assert {row["model"] for row in record["rows"]} >= {"mobilenet_v2"}
+        assert path.with_suffix(".md").is_file()
