@@ -64,7 +64,7 @@ def to_numpy(value) -> np.ndarray:
 class CompiledModel:
     """A built module on its device, callable like the PyTorch model it came from."""
 
-    executable: tvm.runtime.Executable
+    executable: tvm.runtime.Executable | tvm.runtime.Module  # a Module when loaded from the compile cache
     vm: relax.VirtualMachine
     device: tvm.runtime.Device
     params: list

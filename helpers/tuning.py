@@ -44,6 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import tvm
+import tvm_ffi
 from tqdm import tqdm
 from tvm import relax
 from tvm.ir.utils import derived_object
@@ -51,6 +52,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder, local_builder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
+from . import cache
 from .build import CompiledModel, device_for, fuse
 from .errors import CourseError, TuningDatabaseError
 from .models import ImportedModel
@@ -392,6 +394,8 @@ def _load_database(work_dir: str | Path) -> ms.database.JSONDatabase:
             f"{'is' if len(missing) == 1 else 'are'} missing (a database is the pair "
             f"{WORKLOAD_FILE} + {RECORD_FILE}). Copy both files, or tune again into this directory."
         )
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        _check_json_lines(work_dir / name)
     try:
         return ms.database.JSONDatabase(
             str(work_dir / WORKLOAD_FILE), str(work_dir / RECORD_FILE), allow_missing=False
@@ -402,6 +406,20 @@ def _load_database(work_dir: str | Path) -> ms.database.JSONDatabase:
             f"{str(err).strip().splitlines()[-1] if str(err).strip() else err}). "
             "It may be truncated or from another TVM version: delete it and tune again."
         ) from err
+
+
+def _check_json_lines(path: Path) -> None:
+    """One JSON value per line, as MetaSchedule writes them; its C++ reader crashes the process on a blank line."""
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            try:
+                json.loads(line)
+            except ValueError:
+                raise TuningDatabaseError(
+                    f"line {number} of {path.name} in {path.parent} is not a JSON record "
+                    f"({'blank' if not line.strip() else 'cut off or edited'}): the file was truncated or edited "
+                    "by hand. Restore it (git checkout, or copy it again), or delete the directory and tune again."
+                ) from None
 
 
 def _mean_secs(record) -> float:
@@ -523,9 +541,21 @@ def compile_tuned(
 
     The prepacking (``main_transform_params``) runs once here, as a deployed
     model would run it once at start-up; the model is then called like any other.
+    The build is kept in the course's compile cache (``helpers.cache``), keyed by
+    the module, the target and the database's contents, so a second call with
+    the same ones loads it instead of replaying every schedule again.
     """
-    executable = build_tuned(imported.mod, target, work_dir, prepack)
+    work_dir = Path(work_dir)
     device = device_for(target)
+    _load_database(work_dir)  # a clear error for a missing database, before the cache is asked
+    cache_key = cache.key(
+        "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
+        cache.file_digest([work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE]),
+        json.dumps(_read_settings(work_dir), sort_keys=True),
+    )
+    executable, _ = cache.load_or_build(
+        "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack)
+    )
     vm = relax.VirtualMachine(executable, device)
     params = [tvm.runtime.tensor(p.numpy(), device) for p in imported.params]
     if _has_function(vm, "main_transform_params"):

@@ -219,8 +219,12 @@ def test_prepacked_tuning_lifts_the_weight_layout_into_transform_params(imported
     applied = tuning.apply_database(mod, target, tuned_prepacked)  # prepack taken from the settings file
     assert "main_transform_params" in {gv.name_hint for gv in applied.functions}
     compiled = tuning.compile_tuned(ImportedModel(mod, params, tuple(example.shape), "float32"), target, tuned_prepacked)
-    packed_shapes = [tuple(p.shape) for p in compiled.params]
-    assert packed_shapes != [tuple(p.shape) for p in params], "the weights should have been prepacked"
+    # the weights the model runs with are main_transform_params' output (the layout the schedule chose,
+    # which may or may not differ from PyTorch's for this tiny kernel), not the imported ones
+    packed = compiled.vm["main_transform_params"]([tvm.runtime.tensor(p.numpy()) for p in params])
+    assert [tuple(p.shape) for p in compiled.params] == [tuple(p.shape) for p in packed]
+    for ours, theirs in zip(compiled.params, packed):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
     with torch.no_grad():
         np.testing.assert_allclose(compiled(example), model(example).numpy(), rtol=1e-4, atol=1e-4)
 
@@ -250,3 +254,31 @@ def test_task_table_weights_repeated_kernels(target):
     assert len(conv) == 1 and conv[0]["calls"] == 2, rows  # one task, called twice
     assert all(r["mflop"] > 0 and r["mflop_total"] == pytest.approx(r["mflop"] * r["calls"]) for r in rows)
     assert [r["mflop_total"] for r in rows] == sorted((r["mflop_total"] for r in rows), reverse=True)
+
+
+def test_compile_tuned_reuses_its_build_until_the_database_changes(imported, model, example, target, tuned, tmp_path, monkeypatch):
+    from helpers import cache
+
+    monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path / "cache")
+    mod, params = imported
+    model_in = ImportedModel(mod, params, tuple(example.shape), "float32")
+    first = tuning.compile_tuned(model_in, target, tuned["dir"])
+    second = tuning.compile_tuned(model_in, target, tuned["dir"])
+    assert isinstance(second.executable, tvm.runtime.Module), "the second build should come from the cache"
+    np.testing.assert_array_equal(first(example), second(example))
+    # a database with other records (here: one fewer) has another key, so it gets a fresh build
+    changed = tmp_path / "changed"
+    shutil.copytree(tuned["dir"], changed)
+    lines = (changed / tuning.RECORD_FILE).read_text().splitlines(keepends=True)
+    (changed / tuning.RECORD_FILE).write_text("".join(lines[:-1]))
+    assert not isinstance(tuning.compile_tuned(model_in, target, changed).executable, tvm.runtime.Module)
+
+
+def test_a_damaged_database_file_is_a_clear_error_not_a_crash(imported, target, tuned, tmp_path):
+    mod, _ = imported
+    damaged = tmp_path / "damaged"
+    shutil.copytree(tuned["dir"], damaged)
+    with open(damaged / tuning.RECORD_FILE, "a") as records:
+        records.write("\n[1, {\"trace\"")  # a blank line (MetaSchedule's reader segfaults on it) and a cut-off record
+    with pytest.raises(TuningDatabaseError, match=f"line \\d+ of {tuning.RECORD_FILE}"):
+        tuning.apply_database(mod, target, damaged)

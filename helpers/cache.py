@@ -1,0 +1,76 @@
+"""A cache of compiled models, for builds that are slow and fully determined by their inputs.
+
+Building MobileNetV2 from a tuning database takes 20 to 30 s on two cores (the
+database's schedules are replayed kernel by kernel), and a notebook that shows
+three models pays it three times, every time it runs. The result depends only on
+the module, the target, the database and the TVM version, so it is exported
+once (``export_library``, Day 6) under a key made of exactly those, and loaded
+in milliseconds the next time. Anything that changes the build changes the key.
+
+The cache lives in ``build/compiled/`` (not in git); delete the folder, or set
+``TVM_COURSE_NO_CACHE=1``, to build from scratch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import tvm
+
+CACHE_ROOT = Path(__file__).resolve().parent.parent / "build" / "compiled"
+NO_CACHE_ENV = "TVM_COURSE_NO_CACHE"
+
+
+def enabled() -> bool:
+    """False when ``TVM_COURSE_NO_CACHE`` is set to a true value."""
+    return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in {"1", "true", "yes", "on"}
+
+
+def file_digest(paths: Iterable[str | Path]) -> str:
+    """A digest of the files' contents (e.g. a tuning database), in the order given."""
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()
+
+
+def key(*parts: object) -> str:
+    """A cache key for everything a build depends on: pass each ingredient as a part."""
+    digest = hashlib.sha256(tvm.__version__.encode())
+    for part in parts:
+        digest.update(b"\0" + str(part).encode())
+    return digest.hexdigest()[:32]
+
+
+def load_or_build(
+    name: str, cache_key: str, build: Callable[[], tvm.runtime.Executable], root: Path | None = None
+) -> tuple[tvm.runtime.Module | tvm.runtime.Executable, bool]:
+    """The cached library for ``cache_key``, or ``build()`` exported into the cache.
+
+    Returns ``(module, from_cache)``: a loaded ``runtime.Module`` from the cache,
+    or the freshly built executable. Either one goes into ``relax.VirtualMachine``.
+    """
+    root = Path(root or CACHE_ROOT)
+    path = root / f"{name}-{cache_key}.so"
+    if enabled() and path.is_file():
+        return tvm.runtime.load_module(str(path)), True
+    executable = build()
+    if enabled():
+        root.mkdir(parents=True, exist_ok=True)
+        # Export next to the final name, then rename: a run stopped half-way leaves no broken entry.
+        fd, partial = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=root)
+        os.close(fd)
+        try:
+            from .export import capture_stderr  # TVM logs to fd 2 while exporting
+
+            with capture_stderr():
+                executable.export_library(partial)
+            os.replace(partial, path)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
+    return executable, False
