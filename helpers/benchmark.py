@@ -31,6 +31,8 @@ from .build import check_parity, compile_model
 
 REPO = Path(__file__).resolve().parent.parent
 TUNING_ROOT = REPO / "tuning"
+# Databases a learner tunes on a machine the course ships none for: kept, out of git, and reused.
+OWN_TUNING_ROOT = REPO / "build" / "tuning"
 RESULTS_ROOT = REPO / "results"
 CURVE_FILE = "tuning_curve.json"
 BENCH_MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
@@ -45,6 +47,45 @@ def database_dir(model: str, target: tvm.target.Target, batch: int = 1, root: Pa
     mcpu = str(target.attrs.get("mcpu", target.kind.name))
     cores = target.attrs.get("num-cores")
     return root / f"{model}-b{batch}-{mcpu}-{cores}cores"
+
+
+def _fits(work_dir: Path, target: tvm.target.Target) -> bool:
+    """True when ``work_dir`` holds a readable database with records for exactly ``target``."""
+    try:
+        return str(target) in tuning.database_summary(work_dir)["targets"]
+    except tuning.TuningDatabaseError:
+        return False
+
+
+def database_for(
+    model_name: str,
+    imported: models.ImportedModel,
+    target: tvm.target.Target,
+    batch: int = 1,
+    trials_per_task: int = 16,
+    max_trials_global: int | None = None,
+    own_root: Path = OWN_TUNING_ROOT,
+    shipped_root: Path = TUNING_ROOT,
+) -> tuple[Path, str]:
+    """A tuning database for this model on this machine, and where it came from.
+
+    The one shipped in ``tuning/`` when it was tuned for exactly this target
+    (``"shipped"``); otherwise the learner's own in ``build/tuning/``, tuned
+    earlier on this machine (``"tuned here earlier"``) or now, with prepacking,
+    under the given budget (``"tuned now"``). Shipped records only apply to
+    the CPU and core count they were measured on, which is why a notebook says
+    which of the three it used.
+    """
+    shipped = database_dir(model_name, target, batch, root=shipped_root)
+    if _fits(shipped, target):
+        return shipped, "shipped"
+    own = database_dir(model_name, target, batch, root=own_root)
+    if _fits(own, target):
+        return own, "tuned here earlier"
+    tuning.tune(
+        imported.mod, target, own, max_trials_per_task=trials_per_task, max_trials_global=max_trials_global, prepack=True
+    )
+    return own, "tuned now"
 
 
 def _slug(text: str) -> str:

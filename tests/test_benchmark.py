@@ -79,3 +79,23 @@ def test_shipped_results_name_their_machine():
         assert record["machine"]["cpu"] and record["machine"]["cores"] >= 1 and record["measured"]
         assert {row["model"] for row in record["rows"]} >= {"mobilenet_v2"}
         assert path.with_suffix(".md").is_file()
+
+
+def test_database_for_prefers_shipped_then_reuses_what_it_tuned(tiny_imported, tmp_path):
+    import contextlib
+    import io
+    import shutil
+
+    from helpers import machine
+
+    target = machine.cpu_target()
+    shipped_root, own_root = tmp_path / "shipped", tmp_path / "own"
+    with contextlib.redirect_stdout(io.StringIO()):
+        first = benchmark.database_for("tiny", tiny_imported, target, trials_per_task=1, max_trials_global=2,
+                                       own_root=own_root, shipped_root=shipped_root)
+    assert first == (benchmark.database_dir("tiny", target, root=own_root), "tuned now")
+    again = benchmark.database_for("tiny", tiny_imported, target, own_root=own_root, shipped_root=shipped_root)
+    assert again == (first[0], "tuned here earlier")
+    shutil.copytree(first[0], benchmark.database_dir("tiny", target, root=shipped_root))
+    shipped = benchmark.database_for("tiny", tiny_imported, target, own_root=own_root, shipped_root=shipped_root)
+    assert shipped == (benchmark.database_dir("tiny", target, root=shipped_root), "shipped")
