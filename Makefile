@@ -11,7 +11,7 @@ KERNEL := tvm-course
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser lab test benchmark student outputs submit autograde feedback grades clean-env
+.PHONY: env browser lab test benchmark capstone student outputs submit autograde feedback grades clean-env
 
 env: $(READY)
 
@@ -44,6 +44,10 @@ test: env browser
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
 benchmark: env
 	$(BIN)/python -m helpers.benchmark table $(MODELS)
+
+# Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.
+capstone: env
+	$(BIN)/python -m helpers.zoo
 
 # Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).
 student: env

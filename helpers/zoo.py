@@ -1,0 +1,155 @@
+"""The capstone (Day 11): one model through the whole pipeline, and what its operators are.
+
+``run_model`` imports, fuses, builds with the tuning database, checks parity,
+times eager PyTorch against tuned TVM in one interleaved run and profiles the
+tuned build. ``operator_mix`` reads from the Relax module what explains the
+results: how the convolutions split into depthwise, pointwise and regular ones
+(by count and by FLOPs), and how many sigmoids (squeeze-excite gates and SiLU)
+the model has. ``python -m helpers.zoo`` runs it for the three models and keeps
+the table in ``results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import tvm
+from tvm import relax
+
+from . import benchmark, build, config, ir, machine, models, profiling, timing, tuning
+
+ZOO = ("mobilenet_v2", "resnet50", "efficientnet_b0")
+EAGER, TUNED = "PyTorch eager", "TVM tuned"
+
+
+def _conv_calls(mod: tvm.IRModule) -> list[relax.Call]:
+    return [c for c in ir._calls(mod, "main") if c.op.name == "relax.nn.conv2d"]
+
+
+def conv_kind(call: relax.Call) -> str:
+    """``depthwise`` (one filter per channel), ``squeeze-excite`` (a 1x1 conv on a pooled
+    1x1 map: the small fully connected layers of an SE gate), ``pointwise`` (1x1) or ``regular``."""
+    _, in_per_group, kh, kw = (int(d) for d in call.args[1].ty.shape)
+    _, _, oh, ow = (int(d) for d in call.ty.shape)
+    if int(call.attrs.groups) > 1 and in_per_group == 1:
+        return "depthwise"
+    if (kh, kw) == (1, 1):
+        return "squeeze-excite" if (oh, ow) == (1, 1) else "pointwise"
+    return "regular"
+
+
+def conv_gflops(call: relax.Call) -> float:
+    """Multiply-adds of one conv2d, x2, in GFLOP: N*OC*OH*OW * (IC/groups)*KH*KW * 2."""
+    n, oc, oh, ow = (int(d) for d in call.ty.shape)
+    _, in_per_group, kh, kw = (int(d) for d in call.args[1].ty.shape)
+    return 2.0 * n * oc * oh * ow * in_per_group * kh * kw / 1e9
+
+
+def operator_mix(mod: tvm.IRModule) -> dict:
+    """What a model is made of: conv kinds by count and FLOPs, sigmoids, operators, kernels after fusion."""
+    convs = _conv_calls(mod)
+    count = Counter(conv_kind(c) for c in convs)
+    flops: Counter = Counter()
+    for c in convs:
+        flops[conv_kind(c)] += conv_gflops(c)
+    total = sum(flops.values())
+    ops = ir.op_histogram(mod)
+    fused = build.fuse(mod, machine.cpu_target())
+    return {
+        "operators": sum(ops.values()),
+        "kernels after fusion": ir.count_kernel_calls(fused),
+        "conv2d": len(convs),
+        "depthwise": count["depthwise"],
+        "pointwise": count["pointwise"],
+        "regular": count["regular"],
+        "squeeze-excite": count["squeeze-excite"],
+        "GFLOP (conv)": total,
+        "depthwise % of conv FLOPs": 100 * flops["depthwise"] / total if total else 0.0,
+        "sigmoid": ops.get("sigmoid", 0),  # SE gates and SiLU activations (x * sigmoid(x))
+    }
+
+
+@dataclass
+class ZooResult:
+    """Everything the capstone measured for one model."""
+
+    name: str
+    mix: dict
+    database: str
+    database_source: str  # "shipped", "tuned here earlier" or "tuned now"
+    relative_error: float
+    timings: list[timing.Timing]
+    profile: profiling.Profile
+
+    def row(self) -> dict:
+        """One plain record: the model, its operator mix and both latencies."""
+        by_label = {t.label: t for t in self.timings}
+        return {
+            "model": self.name,
+            **self.mix,
+            "eager ms": round(by_label[EAGER].median_ms, 2),
+            "TVM tuned ms": round(by_label[TUNED].median_ms, 2),
+            "database": self.database_source,
+        }
+
+
+def run_model(
+    name: str, batch: int = 1, repeats: int | None = None, trials_per_task: int = 2, max_trials_global: int = 40
+) -> ZooResult:
+    """Import, fuse, build tuned, check, time against eager and profile one model.
+
+    The tuning database comes from ``benchmark.database_for``: the shipped one
+    for this CPU, else one tuned here before, else tuned now within the budget.
+    """
+    target = machine.cpu_target()
+    model = models.load_model(name)
+    x = models.example_input(batch)
+    imported = models.import_to_relax(model, x)
+    mix = operator_mix(imported.mod)
+    database, source = benchmark.database_for(
+        name, imported, target, batch, trials_per_task=trials_per_task, max_trials_global=max_trials_global
+    )
+    compiled = tuning.compile_tuned(imported, target, database)
+    error = build.check_parity(compiled, model, x)
+    repeats = repeats or config.pick(20, 5)
+    timings = timing.measure(
+        {EAGER: timing.torch_runner(model, x), TUNED: timing.tvm_runner(compiled, x)},
+        batch=batch,
+        warmup=2,
+        repeats=repeats,
+    )
+    prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
+    return ZooResult(name, mix, database.name, source, error, timings, prof)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.zoo", description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", default=list(ZOO))
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args(argv)
+    info = machine.describe()
+    rows = []
+    for name in args.models:
+        print(f"{name} ...", flush=True)
+        result = run_model(name, repeats=args.repeats)
+        row = result.row()
+        row["speedup"] = round(row["eager ms"] / row["TVM tuned ms"], 2)
+        row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    target = machine.cpu_target()
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    path = benchmark.results_path(target, "json").with_name(benchmark.results_path(target, "json").name.replace("benchmark", "capstone"))
+    path.write_text(json.dumps({"measured": stamp, "machine": info.as_dict(), "target": str(target), "rows": rows}, indent=1) + "\n")
+    print(f"saved {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,34 @@
+"""helpers.zoo: the capstone's operator mix, on real Relax imports of small convolutional models."""
+
+import torch
+
+from helpers import models, zoo
+
+
+class Mixed(torch.nn.Module):
+    """One conv of each kind the capstone tells apart, and a sigmoid gate."""
+
+    def __init__(self):
+        super().__init__()
+        self.regular = torch.nn.Conv2d(3, 8, 3, padding=1)         # 2*8*8*8 * 3*3*3 MACs
+        self.depthwise = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.pointwise = torch.nn.Conv2d(8, 16, 1)
+        self.squeeze = torch.nn.Conv2d(16, 4, 1)                     # on the pooled 1x1 map
+
+    def forward(self, x):
+        h = self.pointwise(self.depthwise(self.regular(x)))
+        gate = torch.sigmoid(self.squeeze(h.mean(dim=(2, 3), keepdim=True)))
+        return h[:, :4] * gate
+
+
+def test_operator_mix_tells_the_conv_kinds_apart_and_counts_their_flops():
+    imported = models.import_to_relax(Mixed().eval(), torch.randn(1, 3, 8, 8))
+    mix = zoo.operator_mix(imported.mod)
+    assert (mix["conv2d"], mix["regular"], mix["depthwise"], mix["pointwise"], mix["squeeze-excite"]) == (4, 1, 1, 1, 1)
+    assert mix["sigmoid"] == 1
+    out_pixels = 8 * 8
+    macs = out_pixels * (8 * 3 * 9 + 8 * 1 * 9 + 16 * 8) + 4 * 16
+    assert abs(mix["GFLOP (conv)"] - 2 * macs / 1e9) < 1e-12
+    depthwise_share = 100 * (out_pixels * 8 * 9) / macs
+    assert abs(mix["depthwise % of conv FLOPs"] - depthwise_share) < 1e-9
+    assert 0 < mix["kernels after fusion"] <= mix["operators"]
