@@ -88,7 +88,8 @@ def database_for(
     return own, "tuned now"
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
+    """A name fit for a file name: ``NVIDIA H100 80GB HBM3`` -> ``nvidia-h100-80gb-hbm3``."""
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
 
 
@@ -299,7 +300,7 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
 def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT) -> Path:
     """``results/benchmark-<cpu>-<cores>cores.<suffix>``: one file per machine kind."""
     mcpu = str(target.attrs.get("mcpu", target.kind.name))
-    return root / f"benchmark-{_slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
+    return root / f"benchmark-{slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
 
 
 def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, save: bool = True) -> str:

@@ -18,7 +18,6 @@ import copy
 import json
 import platform
 import queue
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import dynamic, machine, models, timing
+from .benchmark import slug
 from .build import CompiledModel, check_parity, compile_model
 from .config import pick
 from .errors import CourseError, NoGPUError
@@ -299,10 +299,6 @@ def _cpu_model_name() -> str:
     return platform.processor() or "unknown"
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()
-
-
 @dataclass
 class Recorded:
     """GPU measurements kept in the repository, with where and when they were taken."""
@@ -334,7 +330,7 @@ def save_recorded(
     """Write the measurements to ``results/gpu/<model>-<gpu>.json`` with the machine they came from."""
     info = gpu_machine()
     root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{model}-{_slug(info['gpu'] or 'no-gpu')}.json"
+    path = root / f"{model}-{slug(info['gpu'] or 'no-gpu')}.json"
     record = {
         "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": info,
