@@ -53,7 +53,7 @@ from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuild
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
 from . import cache
-from .build import CompiledModel, device_for, fuse
+from .build import CompiledModel, device_for, fuse, load_executable
 from .errors import CourseError, TuningDatabaseError
 from .models import ImportedModel
 
@@ -546,7 +546,7 @@ def compile_tuned(
     the same ones loads it instead of replaying every schedule again.
     """
     work_dir = Path(work_dir)
-    device = device_for(target)
+    device_for(target)  # no such device here: fail before the build
     _load_database(work_dir)  # a clear error for a missing database, before the cache is asked
     cache_key = cache.key(
         "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
@@ -556,19 +556,10 @@ def compile_tuned(
     executable, _ = cache.load_or_build(
         "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack)
     )
-    vm = relax.VirtualMachine(executable, device)
-    params = [tvm.runtime.tensor(p.numpy(), device) for p in imported.params]
-    if _has_function(vm, "main_transform_params"):
-        params = list(vm["main_transform_params"](params))
-    return CompiledModel(
-        executable=executable,
-        vm=vm,
-        device=device,
-        params=params,
-        input_shape=imported.input_shape,
-        input_dtype=imported.input_dtype,
-        target=target,
-    )
+    compiled = load_executable(executable, imported, target)
+    if _has_function(compiled.vm, "main_transform_params"):
+        compiled.params = list(compiled.vm["main_transform_params"](compiled.params))
+    return compiled
 
 
 def _has_function(vm: relax.VirtualMachine, name: str) -> bool:
