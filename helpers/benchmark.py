@@ -27,7 +27,7 @@ import torch
 import tvm
 
 from . import machine, models, timing, tuning
-from .build import check_parity, compile_model
+from .build import CompiledModel, check_parity, compile_model
 
 REPO = Path(__file__).resolve().parent.parent
 TUNING_ROOT = REPO / "tuning"
@@ -36,6 +36,7 @@ OWN_TUNING_ROOT = REPO / "build" / "tuning"
 RESULTS_ROOT = REPO / "results"
 CURVE_FILE = "tuning_curve.json"
 BENCH_MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
+EAGER, COMPILED, UNTUNED, TUNED = "PyTorch eager", "torch.compile", "TVM untuned", "TVM tuned"
 
 
 def database_dir(model: str, target: tvm.target.Target, batch: int = 1, root: Path = TUNING_ROOT) -> Path:
@@ -124,10 +125,14 @@ def read_curve(work_dir: str | Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _time_eager_and_tuned(model, x, compiled, repeats: int) -> tuple[timing.Timing, timing.Timing]:
+def time_eager_and_tuned(
+    model: torch.nn.Module, x: torch.Tensor, compiled: CompiledModel, repeats: int, warmup: int = 5
+) -> tuple[timing.Timing, timing.Timing]:
+    """PyTorch eager and a tuned TVM build of it, timed interleaved in one run: (eager, tuned)."""
     eager, tuned = timing.measure(
-        {"PyTorch eager": timing.torch_runner(model, x), "TVM tuned": timing.tvm_runner(compiled, x)},
-        warmup=5,
+        {EAGER: timing.torch_runner(model, x), TUNED: timing.tvm_runner(compiled, x)},
+        batch=x.shape[0],
+        warmup=warmup,
         repeats=repeats,
     )
     return eager, tuned
@@ -174,7 +179,7 @@ def tune_in_stages(
         done = total
         compiled = tuning.compile_tuned(imported, target, work_dir)
         check_parity(compiled, model, x)
-        eager, tuned = _time_eager_and_tuned(model, x, compiled, repeats)
+        eager, tuned = time_eager_and_tuned(model, x, compiled, repeats)
         point = CurvePoint(
             trials_per_task=total,
             records=tuning.database_summary(work_dir)["records"],
@@ -206,8 +211,6 @@ def ship(work_dir: Path, keep: int = 1) -> int:
 
 
 # ------------------------------------------------------------------------ table
-
-EAGER, COMPILED, UNTUNED, TUNED = "PyTorch eager", "torch.compile", "TVM untuned", "TVM tuned"
 
 
 def benchmark_model(
@@ -297,10 +300,18 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
     return "\n".join(lines)
 
 
-def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT) -> Path:
-    """``results/benchmark-<cpu>-<cores>cores.<suffix>``: one file per machine kind."""
+def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT, kind: str = "benchmark") -> Path:
+    """``results/<kind>-<cpu>-<cores>cores.<suffix>``: one file per kind of result and machine kind."""
     mcpu = str(target.attrs.get("mcpu", target.kind.name))
-    return root / f"benchmark-{slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
+    return root / f"{kind}-{slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
+
+
+def save_record(path: Path, **fields: object) -> dict:
+    """Write ``fields`` as JSON to ``path``, stamped with the time measured (UTC); return what was written."""
+    record = {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **fields}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+    return record
 
 
 def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, save: bool = True) -> str:
@@ -314,11 +325,8 @@ def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, sav
     print(text)
     if save:
         target = machine.cpu_target()
-        RESULTS_ROOT.mkdir(exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        record = {"measured": stamp, "machine": info.as_dict(), "target": str(target), "rows": rows}
-        results_path(target, "json").write_text(json.dumps(record, indent=1) + "\n")
-        results_path(target, "md").write_text(f"# Benchmark, measured {stamp}\n\n{text}\n")
+        record = save_record(results_path(target, "json"), machine=info.as_dict(), target=str(target), rows=rows)
+        results_path(target, "md").write_text(f"# Benchmark, measured {record['measured']}\n\n{text}\n")
         print(f"saved {results_path(target, 'md')}")
     return text
 

@@ -30,7 +30,7 @@ from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import dynamic, machine, models, timing
-from .benchmark import slug
+from .benchmark import save_record, slug
 from .build import CompiledModel, check_parity, compile_model
 from .config import pick
 from .errors import CourseError, NoGPUError
@@ -140,7 +140,6 @@ class SimulatedGPU:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
 
 
 def torch_on_device(model: torch.nn.Module, device: str) -> torch.nn.Module:
@@ -329,16 +328,8 @@ def save_recorded(
 ) -> Path:
     """Write the measurements to ``results/gpu/<model>-<gpu>.json`` with the machine they came from."""
     info = gpu_machine()
-    root.mkdir(parents=True, exist_ok=True)
     path = root / f"{model}-{slug(info['gpu'] or 'no-gpu')}.json"
-    record = {
-        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": info,
-        "model": model,
-        "gpu_backends": _rows(gpu_backends),
-        "crossover": _rows(crossover),
-    }
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    save_record(path, machine=info, model=model, gpu_backends=_rows(gpu_backends), crossover=_rows(crossover))
     return path
 
 

@@ -13,19 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
-import torch
 import tvm
 from tvm import relax
 
 from . import benchmark, build, config, ir, machine, models, profiling, timing, tuning
+from .benchmark import EAGER, TUNED
 
-ZOO = ("mobilenet_v2", "resnet50", "efficientnet_b0")
-EAGER, TUNED = "PyTorch eager", "TVM tuned"
+ZOO = benchmark.BENCH_MODELS
 
 
 def _conv_calls(mod: tvm.IRModule) -> list[relax.Call]:
@@ -95,6 +93,7 @@ class ZooResult:
             **self.mix,
             "eager ms": round(by_label[EAGER].median_ms, 2),
             "TVM tuned ms": round(by_label[TUNED].median_ms, 2),
+            "speedup": round(by_label[EAGER].median_ms / by_label[TUNED].median_ms, 2),
             "database": self.database_source,
         }
 
@@ -118,12 +117,7 @@ def run_model(
     compiled = tuning.compile_tuned(imported, target, database)
     error = build.check_parity(compiled, model, x)
     repeats = repeats or config.pick(20, 5)
-    timings = timing.measure(
-        {EAGER: timing.torch_runner(model, x), TUNED: timing.tvm_runner(compiled, x)},
-        batch=batch,
-        warmup=2,
-        repeats=repeats,
-    )
+    timings = list(benchmark.time_eager_and_tuned(model, x, compiled, repeats, warmup=2))
     prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
     return ZooResult(name, mix, database.name, source, error, timings, prof)
 
@@ -139,14 +133,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name} ...", flush=True)
         result = run_model(name, repeats=args.repeats)
         row = result.row()
-        row["speedup"] = round(row["eager ms"] / row["TVM tuned ms"], 2)
         row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
         rows.append(row)
         print(json.dumps(row), flush=True)
     target = machine.cpu_target()
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    path = benchmark.results_path(target, "json").with_name(benchmark.results_path(target, "json").name.replace("benchmark", "capstone"))
-    path.write_text(json.dumps({"measured": stamp, "machine": info.as_dict(), "target": str(target), "rows": rows}, indent=1) + "\n")
+    path = benchmark.results_path(target, "json", kind="capstone")
+    benchmark.save_record(path, machine=info.as_dict(), target=str(target), rows=rows)
     print(f"saved {path}")
     return 0
 

@@ -48,6 +48,14 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
 
 def test_results_path_is_per_cpu_and_core_count(tmp_path):
     assert benchmark.results_path(_target("znver4", 2), "md", tmp_path).name == "benchmark-znver4-2cores.md"
+    assert benchmark.results_path(_target("znver4", 2), "json", tmp_path, kind="capstone").name == "capstone-znver4-2cores.json"
+
+
+def test_save_record_stamps_the_time_and_writes_what_it_returns(tmp_path):
+    path = tmp_path / "new" / "r.json"
+    record = benchmark.save_record(path, machine={"cpu": "znver4"}, rows=[1, 2])
+    assert json.loads(path.read_text()) == record
+    assert list(record) == ["measured", "machine", "rows"] and record["measured"].endswith("UTC")
 
 
 def test_read_curve_says_how_to_make_a_missing_curve(tmp_path):
