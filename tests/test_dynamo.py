@@ -8,18 +8,7 @@ import tvm_ffi
 from helpers import dynamo, models
 from helpers.errors import NoGPUError, TuningDatabaseError
 
-
-class ConvBN(torch.nn.Module):
-    """Parameters and buffers (BatchNorm's running statistics), as in every torchvision CNN."""
-
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(4)
-        self.fc = torch.nn.Linear(4, 3)
-
-    def forward(self, x):
-        return self.fc(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+from conftest import TinyNet  # conv + BatchNorm (parameters and buffers) + pool + linear
 
 
 class Branchy(torch.nn.Module):
@@ -45,7 +34,7 @@ def _trained_like(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def test_a_cnn_compiles_as_one_graph_and_matches_eager():
-    model = _trained_like(ConvBN())
+    model = _trained_like(TinyNet())
     x = torch.randn(2, 3, 8, 8)
     compiled, backend = dynamo.compile_with_tvm(model)
     with torch.inference_mode():
@@ -60,7 +49,7 @@ def test_a_cnn_compiles_as_one_graph_and_matches_eager():
 
 
 def test_the_captured_graph_imports_as_the_explicitly_exported_module():
-    model = _trained_like(ConvBN())
+    model = _trained_like(TinyNet())
     x = torch.randn(1, 3, 8, 8)
     compiled, backend = dynamo.compile_with_tvm(model)
     with torch.inference_mode():
@@ -80,7 +69,7 @@ def test_each_side_of_a_graph_break_is_compiled_when_first_reached():
 
 
 def test_dynamic_shapes_get_a_clear_error():
-    model = ConvBN().eval()
+    model = TinyNet().eval()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=dynamo.TVMBackend(), dynamic=True)
     with pytest.raises(Exception, match="dynamic=False"):
