@@ -8,12 +8,14 @@ VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 READY  := $(VENV)/.course-env-ready
 KERNEL := tvm-course
+# JupyterLab's setting overrides for the course (helpers/labsettings.py: no news pop-up on first start).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
 .PHONY: env browser lab test benchmark capstone student outputs submit autograde feedback grades clean-env
 
-env: $(READY)
+env: $(READY) $(LAB_SETTINGS)
 
 $(READY): requirements.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "The course needs Python 3.11 (the pins are for it); found %d.%d. Set PYTHON=/path/to/python3.11." % v)'
@@ -23,6 +25,10 @@ $(READY): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "TVM course (Python 3.11)"
 	@touch $@
+
+# A rule of its own, so that an environment built before it existed gets it too.
+$(LAB_SETTINGS): helpers/labsettings.py $(READY)
+	$(BIN)/python -m helpers.labsettings
 
 # The browser test drives JupyterLab in Debian's headless Chromium (installed here when run as root, as in CI).
 browser:

@@ -1,5 +1,6 @@
 """The environment is described once (requirements.txt) and everything installs that list."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -82,3 +83,37 @@ def test_environment_check_gives_advice_for_a_missing_or_wrong_package():
     bad = {c.name: c for c in checks if not c.ok}
     assert set(bad) == {"apache-tvm"}
     assert "0.0.1" in bad["apache-tvm"].advice and "make env" in bad["apache-tvm"].advice
+
+
+def test_every_install_path_sets_jupyterlabs_course_defaults():
+    """`make env`, the Dockerfile and the conda instructions all install helpers.labsettings."""
+    text = (REPO / "Makefile").read_text()
+    assert "env: $(READY) $(LAB_SETTINGS)" in text and "-m helpers.labsettings" in text
+    for name in ("Dockerfile", "environment.yml", "README.md"):
+        assert "python -m helpers.labsettings" in (REPO / name).read_text(), f"{name} does not install the JupyterLab settings"
+
+
+def test_jupyterlab_starts_without_the_news_popup(tmp_path):
+    """JupyterLab asks about Jupyter news in a pop-up while fetchNews is "none"; the course's override
+    makes the default "false", and JupyterLab's own settings code reads it so."""
+    import jsonschema
+    from jupyterlab_server.settings_utils import get_settings
+
+    from helpers import labsettings
+
+    schemas = labsettings.app_dir() / "schemas"
+    plugin, setting = labsettings.PLUGIN.split(":")
+    schema = json.loads((schemas / plugin / f"{setting}.json").read_text())
+    assert schema["properties"]["fetchNews"]["default"] == "none", "JupyterLab's own default asks (the pop-up)"
+    jsonschema.validate(labsettings.OVERRIDES[labsettings.PLUGIN], schema)
+
+    lab = tmp_path / "lab"
+    labsettings.install(lab)
+    result, _ = get_settings(str(lab / "settings"), str(schemas), str(tmp_path / "user-settings"),
+                             schema_name=labsettings.PLUGIN)
+    defaults = {k: v["default"] for k, v in result["schema"]["properties"].items()}
+    assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False, defaults
+
+    installed = labsettings.overrides_file()
+    assert installed.exists(), f"{installed} is missing: run `make env` (or python -m helpers.labsettings)"
+    assert json.loads(installed.read_text()) == labsettings.OVERRIDES
