@@ -63,13 +63,19 @@ student: env
 outputs: env
 	$(BIN)/python -m helpers.notebooks $(NB)
 
-# The instructor's workflow on the repo's own gradebook (see README, "For instructors").
+# The instructor's workflow on the repo's own gradebook (see README, "For instructors"). Each works
+# on a fresh clone (autograde records the day in the gradebook if `make student` never ran) or
+# says in one line what to run first.
+need = $(if $(strip $($(1))),,$(error make $@ needs $(1)=...: make $@ $(2)))
 submit: env
+	$(call need,DAY,DAY=day01_import STUDENT=ada NB=path/to/ada.ipynb)$(call need,STUDENT,DAY=$(DAY) STUDENT=ada NB=path/to/ada.ipynb)$(call need,NB,DAY=$(DAY) STUDENT=$(STUDENT) NB=path/to/notebook.ipynb)
 	$(BIN)/python -m helpers.grading submit $(DAY) $(STUDENT) $(NB)
 autograde: env
+	$(call need,DAY,DAY=day01_import)
 	$(BIN)/python -m helpers.grading autograde $(DAY)
 	$(BIN)/python -m helpers.grading scores $(DAY)
 feedback: env
+	$(call need,DAY,DAY=day01_import)
 	$(BIN)/python -m helpers.grading feedback $(DAY)
 grades: env
 	$(BIN)/python -m helpers.grading export grades.csv

@@ -30,3 +30,7 @@ class TuningDatabaseError(CourseError, FileNotFoundError):
 
 class ParityError(CourseError, AssertionError):
     """A compiled model whose output differs from PyTorch's beyond the tolerance."""
+
+
+class GradingError(CourseError, RuntimeError):
+    """An instructor command that cannot run as asked; the message says what to run first."""

@@ -9,6 +9,11 @@ or a scratch copy in tests) with its real sqlite gradebook.
     python -m helpers.grading scores DAY                # print each student's score
     python -m helpers.grading feedback DAY              # feedback/<student>/DAY/*.html
     python -m helpers.grading export [grades.csv]       # every grade as CSV
+
+Every command works on a fresh clone, where the student notebooks are committed but the
+gradebook (kept out of git) does not exist yet: autograde first records the day in the
+gradebook from its source, as ``generate`` would, without rewriting notebooks/. A command that
+cannot run yet (feedback before autograde, say) says in one line what to run first.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .errors import GradingError
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = "solutions"
 RELEASE = "notebooks"
+GRADEBOOK = "gradebook.db"
 
 
 def assignments(course: Path = REPO) -> list[str]:
@@ -47,23 +56,64 @@ def nbgrader(*args: str, course: Path = REPO, check: bool = True) -> subprocess.
     return proc
 
 
-def scratch_course(dest: Path, names: list[str] | None = None) -> Path:
-    """A copy of the course (config and sources) in ``dest``, for tests and dry runs."""
+def scratch_course(dest: Path, names: list[str] | None = None, origin: Path = REPO) -> Path:
+    """A copy of the course ``origin`` (config and sources) in ``dest``, for tests and dry runs."""
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "nbgrader_config.py", dest / "nbgrader_config.py")
-    for name in names or assignments():
-        shutil.copytree(REPO / SOURCE / name, dest / SOURCE / name, dirs_exist_ok=True)
+    shutil.copy(origin / "nbgrader_config.py", dest / "nbgrader_config.py")
+    for name in names or assignments(origin):
+        shutil.copytree(origin / SOURCE / name, dest / SOURCE / name, dirs_exist_ok=True)
     return dest
+
+
+def _gradebook_url(course: Path) -> str:
+    return f"sqlite:///{(course / GRADEBOOK).resolve()}"
+
+
+def _check_assignment(assignment: str, course: Path) -> None:
+    known = assignments(course)
+    if assignment not in known:
+        raise GradingError(f"There is no day {assignment!r}: the days are the folders of {SOURCE}/ ({', '.join(known)}).")
+
+
+def in_gradebook(assignment: str, course: Path = REPO) -> bool:
+    """Whether the gradebook holds ``assignment`` with its notebooks (what generate_assignment records)."""
+    if not (course / GRADEBOOK).exists():
+        return False  # (opening a missing gradebook would create it)
+    from nbgrader.api import Gradebook, MissingEntry
+
+    with Gradebook(_gradebook_url(course)) as gb:
+        try:
+            return len(gb.find_assignment(assignment).notebooks) > 0
+        except MissingEntry:
+            return False
+
+
+def register(assignment: str, course: Path = REPO) -> None:
+    """Record ``assignment`` in the course's gradebook from its source, leaving notebooks/ as it is.
+
+    nbgrader grades against what generate_assignment recorded (graded cells, points, hidden
+    tests). A fresh clone has the student notebooks but no gradebook: generating in a scratch
+    copy of the course, into this course's gradebook, records the day without rewriting them.
+    """
+    _check_assignment(assignment, course)
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = scratch_course(Path(tmp), [assignment], origin=course)
+        nbgrader("generate_assignment", assignment, "--force", f"--db={_gradebook_url(course)}", course=scratch)
 
 
 def generate(name: str | None = None, course: Path = REPO) -> None:
     """Write the student version(s) into notebooks/ from solutions/."""
+    if name:
+        _check_assignment(name, course)
     for assignment in [name] if name else assignments(course):
         nbgrader("generate_assignment", assignment, "--force", course=course)
 
 
 def submit(course: Path, assignment: str, student: str, notebook: Path) -> Path:
     """Place ``notebook`` as ``student``'s submission (what `nbgrader collect` would do)."""
+    _check_assignment(assignment, course)
+    if not Path(notebook).is_file():
+        raise GradingError(f"No notebook at {notebook}: give the student's .ipynb file (NB=path/to/file.ipynb).")
     dest = course / "submitted" / student / assignment
     dest.mkdir(parents=True, exist_ok=True)
     target = dest / f"{assignment}.ipynb"
@@ -77,6 +127,15 @@ def autograde(assignment: str, course: Path = REPO, student: str | None = None, 
     ``cell_timeout`` (seconds) overrides the course's per-cell limit (nbgrader_config.py): a
     cell that runs longer, an infinite loop say, is interrupted and costs only its own points.
     """
+    _check_assignment(assignment, course)
+    submitted = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
+    if not submitted or (student and student not in submitted):
+        who = f"of {student} " if student else ""
+        raise GradingError(f"No submission {who}for {assignment} in submitted/: place each one first with "
+                           f"`make submit DAY={assignment} STUDENT=<name> NB=<notebook>`.")
+    if not in_gradebook(assignment, course):
+        register(assignment, course)
+        print(f"{assignment} was not in the gradebook yet: recorded it from {SOURCE}/{assignment} (as `make student` does).")
     extra = ["--student", student] if student else []
     if cell_timeout is not None:
         extra.append(f"--Execute.timeout={cell_timeout}")
@@ -85,6 +144,9 @@ def autograde(assignment: str, course: Path = REPO, student: str | None = None, 
 
 def feedback(assignment: str, course: Path = REPO) -> list[Path]:
     """HTML feedback for every autograded submission: feedback/<student>/<assignment>/<nb>.html."""
+    _check_assignment(assignment, course)
+    if not any((course / "autograded").glob(f"*/{assignment}")):
+        raise GradingError(f"No autograded submission of {assignment} yet: run `make autograde DAY={assignment}` first.")
     nbgrader("generate_feedback", assignment, "--force", course=course)
     return sorted((course / "feedback").glob(f"*/{assignment}/*.html"))
 
@@ -107,6 +169,9 @@ class Score:
 
 def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
     """Each student's autograded score for ``assignment``, read from the gradebook."""
+    if not in_gradebook(assignment, course):
+        _check_assignment(assignment, course)
+        raise GradingError(f"Nothing graded for {assignment} yet: run `make autograde DAY={assignment}` first.")
     from nbgrader.api import Gradebook
 
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
@@ -138,6 +203,15 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name).add_argument("assignment")
     sub.add_parser("export").add_argument("csv", nargs="?")
     args = parser.parse_args(argv)
+    try:
+        _run(args)
+    except GradingError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _run(args) -> None:
     if args.command == "generate":
         generate(args.assignment)
     elif args.command == "submit":
@@ -152,7 +226,6 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for s in scores(args.assignment).values():
             print(f"{s.student}: {s.score:g} / {s.max_score:g}")
-    return 0
 
 
 if __name__ == "__main__":
