@@ -13,14 +13,21 @@ Three things about MetaSchedule in TVM 0.27 shape this module:
   import here memoises that lookup and takes a few seconds.
 * ``MetaScheduleApplyDatabase`` looks records up by workload only: it would apply
   a database tuned for another CPU without a word. ``apply_database`` keeps only
-  the records tuned for the target you build for, and says so when there are none.
+  the records tuned for the target you build for, and says so when there are none,
+  unless asked to *transfer* them (``transfer=True``): a record is a trace of
+  schedule primitives, so it replays on any x86-64 CPU, and the build is then
+  checked for parity and labelled as transferred. ``tune(seed_from=...)`` goes
+  one step further: it replays another database's best schedules, measures them
+  on this machine, and starts its search from them.
 
 A tuning directory (``work_dir``) holds MetaSchedule's two JSON files,
 ``database_workload.json`` (the kernels) and ``database_tuning_record.json``
 (the measured schedules, each with the target it was tuned for), ``logs/``
 with MetaSchedule's own per-task logs, and ``course_tuning.json``: how the
 kernels were prepared (with or without weight prepacking), so that applying the
-database prepares them the same way.
+database prepares them the same way, and the budget it was tuned with (trials
+per task, in all, in quick mode or not, and what it was seeded from), so that a
+test run's tiny database is never mistaken for a real one.
 
 Weight prepacking (``prepack=True``, TVM's ``cpu_weight_prepack``) lets each
 tuned schedule choose the memory layout of its weights (e.g. blocked for the
@@ -52,7 +59,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder, local_builder
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 
-from . import cache
+from . import cache, config
 from .build import CompiledModel, device_for, fuse, load_executable
 from .errors import CourseError, TuningDatabaseError
 from .models import ImportedModel
@@ -176,19 +183,52 @@ def _prepare(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool) -> tvm
     return relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
 
 
-def _write_settings(work_dir: Path, prepack: bool) -> None:
-    path = work_dir / SETTINGS_FILE
-    if path.is_file() and _read_settings(work_dir).get("prepack") != prepack:
+def _check_prepack(work_dir: Path, prepack: bool) -> None:
+    """Refuse to add kernels prepared one way to a database of kernels prepared the other way."""
+    if (work_dir / SETTINGS_FILE).is_file() and _read_settings(work_dir).get("prepack") != prepack:
         raise TuningDatabaseError(
             f"{work_dir} holds a database tuned with prepack={not prepack}; its kernels "
             f"differ from those of prepack={prepack}. Tune into another directory."
         )
-    path.write_text(json.dumps({"prepack": prepack}, indent=1) + "\n")
+
+
+def _write_settings(work_dir: Path, prepack: bool, trials_per_task: float, seeded_from: dict | None = None) -> None:
+    """Record how the kernels were prepared and add this run's budget to the database's."""
+    _check_prepack(work_dir, prepack)
+    settings = _read_settings(work_dir)
+    settings["prepack"] = prepack
+    settings["trials_per_task"] = _round(settings.get("trials_per_task", 0) + trials_per_task)
+    settings["quick"] = bool(settings.get("quick", False) or config.quick())
+    if seeded_from is not None:
+        settings["seeded_from"] = seeded_from
+    (work_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def _round(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else round(value, 2)
 
 
 def _read_settings(work_dir: Path) -> dict:
     path = Path(work_dir) / SETTINGS_FILE
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def budget(work_dir: str | Path) -> float | None:
+    """Trials per task behind a database: tuned into it, plus those of the database it was seeded from.
+
+    None when the database does not say (one tuned before the course recorded budgets).
+    A budget capped by ``max_trials_global`` counts as the trials per task it allowed on average.
+    """
+    settings = _read_settings(Path(work_dir))
+    if "trials_per_task" not in settings:
+        return None
+    seeded = (settings.get("seeded_from") or {}).get("trials_per_task") or 0
+    return _round(settings["trials_per_task"] + seeded)
+
+
+def tuned_in_quick_mode(work_dir: str | Path) -> bool:
+    """True when any of the database's tuning ran in quick (test) mode: a tiny budget, not for learners."""
+    return bool(_read_settings(Path(work_dir)).get("quick", False))
 
 
 def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
@@ -267,6 +307,7 @@ def tune(
     max_trials_global: int | None = None,
     prepack: bool = False,
     seed: int | None = 0,
+    seed_from: str | Path | None = None,
 ) -> Path:
     """Tune every kernel of a Relax module for ``target``; return the database's directory.
 
@@ -291,6 +332,12 @@ def tune(
     ``prepack`` tunes with weight prepacking (see the module's docstring); the
     choice is saved in ``work_dir`` and ``apply_database`` follows it.
 
+    ``seed_from`` names another database, typically one tuned on another CPU:
+    the best schedule it holds for each kernel is replayed and measured on this
+    machine first (see ``seed_with``), so the search starts from the best known
+    schedules instead of from scratch. The budget recorded in ``work_dir`` then
+    counts the seed's trials per task too.
+
     ``seed`` fixes the search's random choices, so the same budget on the same
     machine explores the same candidates (the measured times still vary); pass
     ``None`` for a different search every run.
@@ -299,6 +346,7 @@ def tune(
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
+    _check_prepack(work_dir, prepack)
     import_tensor_intrinsics()
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
@@ -308,12 +356,15 @@ def tune(
             "This module has no kernels to tune: after legalization and fusion it has no "
             "unscheduled TIR functions. Pass the imported Relax module (before tvm.compile)."
         )
-    budget = max_trials_per_task * len(tasks)
+    budget_trials = max_trials_per_task * len(tasks)
     if max_trials_global is not None:
-        budget = min(budget, max_trials_global)
-    _write_settings(work_dir, prepack)
+        budget_trials = min(budget_trials, max_trials_global)
+    seeded_from = None
+    if seed_from is not None:
+        seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
     with _quiet_metaschedule():
-        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget, progress, seed)
+        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed)
+    _write_settings(work_dir, prepack, budget_trials / len(tasks), seeded_from)
     if not _measured_records(_load_database(work_dir), target):
         raise TuningDatabaseError(
             f"Tuning ran but no candidate was built and measured successfully, so {work_dir} "
@@ -321,6 +372,85 @@ def tune(
             "'error'); a machine under heavy load can make every measurement time out."
         )
     return work_dir
+
+
+def _seed_with(tasks: list, target: tvm.target.Target, work_dir: Path, source: Path, progress: bool) -> dict:
+    """Measure ``source``'s best schedule of each task on this machine, into ``work_dir``; describe the seed."""
+    if source.resolve() == work_dir.resolve():
+        raise CourseError(f"seed_from must name another database than the one being tuned ({work_dir}).")
+    mods = [t.dispatched[0] for t in tasks]
+    replayed, failed = seed_with(source, work_dir, target, mods, progress=progress)
+    return {
+        "database": source.name,
+        "targets": database_summary(source)["targets"],
+        "trials_per_task": budget(source),
+        "replayed": replayed,
+        "failed": failed,
+    }
+
+
+def seed_with(
+    source: str | Path,
+    work_dir: str | Path,
+    target: tvm.target.Target,
+    kernels: list[tvm.IRModule] | None = None,
+    progress: bool = True,
+) -> tuple[int, int]:
+    """Replay the best schedule of each kernel in ``source`` on this machine and keep what it measures.
+
+    A tuning record is a trace of schedule primitives (split, reorder, vectorize,
+    ...), not machine code: it can be replayed for another CPU. Each replayed
+    schedule is built for ``target`` and timed here, and the record goes into
+    ``work_dir``'s database with *this* machine's time and target, as if this
+    machine had found it. MetaSchedule's search then starts from those
+    schedules. ``kernels`` limits the replay to those workloads (default: all).
+    Returns ``(replayed, failed)``: schedules measured, and those that failed to
+    build or run here (they are left out).
+    """
+    source_db = _load_database(source)
+    wanted = ms.database.MemoryDatabase()  # matches kernels the way MetaSchedule does
+    for kernel in kernels or []:
+        wanted.commit_workload(kernel)
+    best = [
+        min(group, key=_mean_secs)
+        for workload, group in _workloads(_measured_records(source_db))
+        if kernels is None or wanted.has_workload(workload.mod)
+    ]
+    if not best:
+        raise TuningDatabaseError(f"{source} holds no measured schedule for any of these kernels: nothing to seed with.")
+    import_tensor_intrinsics()
+    inputs = []
+    for record in best:
+        sch = tvm.s_tir.Schedule(record.workload.mod)
+        record.trace.apply_to_schedule(sch, remove_postproc=False)
+        inputs.append(BuilderInput(sch.mod, target))
+    built = [(record, result) for record, result in zip(best, InProcessBuilder().build(inputs)) if result.error_msg is None]
+    runner = ms.runner.LocalRunner()
+    bar = tqdm(total=len(best), desc=f"Measuring {len(best)} schedules from {Path(source).name} here",
+               unit="kernel", file=sys.stdout, disable=not progress, dynamic_ncols=True)
+    bar.update(len(best) - len(built))  # failed builds: nothing to measure
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    db = ms.database.JSONDatabase(work_dir=str(work_dir))
+    replayed = 0
+    try:
+        futures = runner.run(
+            [ms.runner.RunnerInput(b.artifact_path, "cpu", r.args_info) for r, b in built]
+        )
+        for (record, _), future in zip(built, futures):
+            result = future.result()
+            if result.error_msg is None and result.run_secs:
+                workload = db.commit_workload(record.workload.mod)
+                db.commit_tuning_record(
+                    ms.database.TuningRecord(record.trace, workload, result.run_secs, target, record.args_info)
+                )
+                replayed += 1
+            bar.update(1)
+    finally:
+        runner.pool.shutdown()
+        bar.close()
+    failed = len(best) - replayed
+    return replayed, failed
 
 
 def _run_tuning(
@@ -449,23 +579,34 @@ def _target_difference(tuned: tvm.target.Target, target: tvm.target.Target) -> s
     return "; ".join(f"{k}: {ours.get(k)!r} in your target, {theirs.get(k)!r} in the database" for k in keys)
 
 
-def _database_for_target(db, target: tvm.target.Target, work_dir: Path):
-    """An in-memory copy of the records tuned for exactly this target."""
-    records = _measured_records(db, target)
+def _database_for_target(db, target: tvm.target.Target, work_dir: Path, transfer: bool = False):
+    """An in-memory copy of the records to build with: those tuned for exactly this target.
+
+    With ``transfer``, a kernel that has no record for this target takes the
+    records tuned for other targets instead (the fastest of them will be replayed).
+    """
+    measured = _measured_records(db)
+    if not measured:
+        raise TuningDatabaseError(
+            f"The tuning database in {work_dir} has no successful measurement in it. "
+            "Tune again (see its logs/ for why the candidates failed)."
+        )
+    wanted = str(target)
+    records = []
+    for _, group in _workloads(measured):
+        mine = [r for r in group if str(r.target) == wanted]
+        records += mine or (group if transfer else [])
     if not records:
-        tuned_for = {str(r.target): r.target for r in _measured_records(db)}
-        if not tuned_for:
-            raise TuningDatabaseError(
-                f"The tuning database in {work_dir} has no successful measurement in it. "
-                "Tune again (see its logs/ for why the candidates failed)."
-            )
+        tuned_for = {str(r.target): r.target for r in measured}
         diff = _target_difference(next(iter(tuned_for.values())), target)
         raise TuningDatabaseError(
             f"The tuning database in {work_dir} holds no records for your target. Records are "
             f"kept per workload and target, and these were tuned for {', '.join(sorted(tuned_for))} "
-            f"({diff}). A schedule timed on another CPU (or with another core count) says "
-            "little about this one: tune again on this machine into a new directory, e.g. "
-            "tune(mod, target, 'tuning_here', max_trials_per_task=...)."
+            f"({diff}). A schedule timed on another CPU (or with another core count) was chosen "
+            "for that machine: tune again on this machine into a new directory, e.g. "
+            "tune(mod, target, 'tuning_here', max_trials_per_task=...), or transfer the schedules "
+            "knowingly with transfer=True (they replay on any x86-64 CPU; check parity, and say "
+            "that the result was transferred)."
         )
     memory = ms.database.MemoryDatabase()
     workloads: list[tuple[object, object]] = []  # (workload in db, same workload in memory)
@@ -481,20 +622,27 @@ def _database_for_target(db, target: tvm.target.Target, work_dir: Path):
 
 
 def apply_database(
-    mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, prepack: bool | None = None
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    work_dir: str | Path,
+    prepack: bool | None = None,
+    transfer: bool = False,
 ) -> tvm.IRModule:
     """Fuse ``mod`` into kernels and give each the best schedule tuned for ``target``.
 
     Only records tuned for this exact target are used (MetaSchedule's own pass
-    would take the fastest record for a kernel whatever CPU it was tuned on).
-    Kernels with no record keep TVM's default, untuned code. ``prepack`` defaults
-    to what the database was tuned with; with prepacking, the weight layout
-    rewrites are split out of the kernels and lifted into ``main_transform_params``.
+    would take the fastest record for a kernel whatever CPU it was tuned on),
+    unless ``transfer`` is True: then a kernel with no record for this target
+    replays the fastest one tuned for another target. Kernels with no record
+    keep TVM's default, untuned code. ``prepack`` defaults to what the database
+    was tuned with; with prepacking, the weight layout rewrites are split out of
+    the kernels and lifted into ``main_transform_params``.
     Raises ``TuningDatabaseError`` when the database is missing or unreadable,
-    holds no record for ``target``, or has none of the module's kernels.
+    holds no record for ``target`` (and ``transfer`` is off), or has none of
+    the module's kernels.
     """
     work_dir = Path(work_dir)
-    db = _database_for_target(_load_database(work_dir), target, work_dir)
+    db = _database_for_target(_load_database(work_dir), target, work_dir, transfer)
     if prepack is None:
         prepack = bool(_read_settings(work_dir).get("prepack", False))
     import_tensor_intrinsics()  # records may replay tensorized schedules
@@ -506,7 +654,8 @@ def apply_database(
         raise TuningDatabaseError(
             f"0 of this module's {len(tasks)} kernels ({names}) are in the tuning database in "
             f"{work_dir}, which holds {len(_workloads(_measured_records(db)))} tuned kernel(s) "
-            "for your target. It was tuned for another model or input shape (kernels are matched "
+            f"{'in all' if transfer else 'for your target'}. It was tuned for another model or input "
+            "shape (kernels are matched "
             f"by their exact shapes), or with prepack={not prepack}. "
             "Tune this module: tune(mod, target, work_dir, ...)."
         )
@@ -522,7 +671,11 @@ def apply_database(
 
 
 def build_tuned(
-    mod: tvm.IRModule, target: tvm.target.Target, work_dir: str | Path, prepack: bool | None = None
+    mod: tvm.IRModule,
+    target: tvm.target.Target,
+    work_dir: str | Path,
+    prepack: bool | None = None,
+    transfer: bool = False,
 ) -> tvm.runtime.Executable:
     """Compile ``mod`` with its tuned kernels: fuse, apply the database, then ``tvm.compile``.
 
@@ -530,12 +683,16 @@ def build_tuned(
     and weights as the untuned build. With it, the weights must first go through
     ``main_transform_params``: ``compile_tuned`` does that for you.
     """
-    applied = apply_database(mod, target, work_dir, prepack)
+    applied = apply_database(mod, target, work_dir, prepack, transfer)
     return tvm.compile(applied, target=target, relax_pipeline="default")
 
 
 def compile_tuned(
-    imported: ImportedModel, target: tvm.target.Target, work_dir: str | Path, prepack: bool | None = None
+    imported: ImportedModel,
+    target: tvm.target.Target,
+    work_dir: str | Path,
+    prepack: bool | None = None,
+    transfer: bool = False,
 ) -> CompiledModel:
     """Build ``imported`` with its tuned kernels and load it, weights prepacked if tuned so.
 
@@ -544,6 +701,8 @@ def compile_tuned(
     The build is kept in the course's compile cache (``helpers.cache``), keyed by
     the module, the target and the database's contents, so a second call with
     the same ones loads it instead of replaying every schedule again.
+    ``transfer`` lets kernels with no record for ``target`` use records tuned
+    for another CPU (see ``apply_database``): check parity, and say so.
     """
     work_dir = Path(work_dir)
     device_for(target)  # no such device here: fail before the build
@@ -551,10 +710,10 @@ def compile_tuned(
     cache_key = cache.key(
         "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
         cache.file_digest([work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE]),
-        json.dumps(_read_settings(work_dir), sort_keys=True),
+        bool(_read_settings(work_dir).get("prepack", False)), transfer,
     )
     executable, _ = cache.load_or_build(
-        "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack)
+        "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack, transfer)
     )
     compiled = load_executable(executable, imported, target)
     if _has_function(compiled.vm, "main_transform_params"):

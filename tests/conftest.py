@@ -50,3 +50,24 @@ def mobilenet():
 @pytest.fixture(scope="session")
 def mobilenet_compiled(mobilenet):
     return build.compile_model(models.import_to_relax(mobilenet, models.example_input()))
+
+
+@pytest.fixture(scope="session")
+def retarget():
+    """Copy a tuning database with every record stamped as tuned for another target: a database from another CPU."""
+    from tvm.s_tir import meta_schedule as ms
+
+    def copy(src_dir, dst_dir, target):
+        src = ms.database.JSONDatabase(work_dir=str(src_dir), allow_missing=False)
+        dst_dir.mkdir(parents=True)
+        dst = ms.database.JSONDatabase(work_dir=str(dst_dir))
+        for record in src.get_all_tuning_records():
+            workload = dst.commit_workload(record.workload.mod)
+            dst.commit_tuning_record(
+                ms.database.TuningRecord(record.trace, workload, record.run_secs, target, record.args_info)
+            )
+        settings = src_dir / "course_tuning.json"
+        if settings.is_file():
+            (dst_dir / settings.name).write_text(settings.read_text())
+
+    return copy

@@ -95,18 +95,6 @@ def tuned(imported, target, tmp_path_factory):
     return {"dir": work_dir, "returned": returned, "shown": shown.getvalue()}
 
 
-def _copy_for_target(src_dir, dst_dir, target: tvm.target.Target) -> None:
-    """The same records, stamped as tuned for ``target``: a database from another machine."""
-    src = ms.database.JSONDatabase(work_dir=str(src_dir), allow_missing=False)
-    dst_dir.mkdir()
-    dst = ms.database.JSONDatabase(work_dir=str(dst_dir))
-    for record in src.get_all_tuning_records():
-        workload = dst.commit_workload(record.workload.mod)
-        dst.commit_tuning_record(
-            ms.database.TuningRecord(record.trace, workload, record.run_secs, target, record.args_info)
-        )
-
-
 def test_tune_writes_a_database_of_measured_records_for_the_target(tuned, target):
     work_dir = tuned["dir"]
     assert tuned["returned"] == work_dir
@@ -162,20 +150,48 @@ def test_tuned_build_matches_the_untuned_build_and_uses_the_database(imported, m
         np.testing.assert_allclose(tuned_out, model(example).numpy(), rtol=1e-4, atol=1e-4)
 
 
-def test_a_database_tuned_for_another_cpu_is_refused(imported, target, tuned, tmp_path):
+def test_a_database_tuned_for_another_cpu_is_refused_unless_transferred(imported, model, example, target, tuned, tmp_path, retarget):
     mod, _ = imported
     other = _host_target(_other_cpu())
     foreign = tmp_path / "foreign"
-    _copy_for_target(tuned["dir"], foreign, other)
+    retarget(tuned["dir"], foreign, other)
     assert tuning.database_summary(foreign)["mcpus"] == [_other_cpu()]
 
     with pytest.raises(TuningDatabaseError, match="no records for your target") as err:
         tuning.apply_database(mod, target, foreign)
     message = str(err.value)
     assert "mcpu" in message and _other_cpu() in message and str(target.attrs["mcpu"]) in message
-    assert "tune" in message  # says what to do
+    assert "tune" in message and "transfer=True" in message  # says what to do
     # The same database is fine for the CPU it was tuned for.
     assert isinstance(tuning.apply_database(mod, other, foreign), tvm.IRModule)
+    # Transferred knowingly: the traces replay for this CPU and compute the same thing.
+    _, params = imported
+    out = _run(tuning.build_tuned(mod, target, foreign, transfer=True), example, params)
+    with torch.no_grad():
+        np.testing.assert_allclose(out, model(example).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_tune_records_its_budget_and_adds_to_it(tuned, tmp_path):
+    assert tuning.budget(tuned["dir"]) == TRIALS_PER_TASK
+    assert tuning.tuned_in_quick_mode(tuned["dir"]) == tuning.config.quick()
+    assert tuning.budget(tmp_path) is None  # a database that never said
+
+
+def test_seeding_measures_another_cpus_schedules_here_and_counts_their_budget(imported, target, tuned, tmp_path, retarget):
+    mod, _ = imported
+    foreign = tmp_path / "foreign"
+    retarget(tuned["dir"], foreign, _host_target(_other_cpu()))
+    replayed, failed = tuning.seed_with(foreign, tmp_path / "seeded", target, progress=False)
+    summary = tuning.database_summary(tmp_path / "seeded")
+    assert (replayed, failed) == (tuning.database_summary(foreign)["workloads"], 0)
+    assert summary["targets"] == [str(target)] and summary["records"] == replayed  # measured here, for this target
+    with contextlib.redirect_stdout(io.StringIO()):
+        tuning.tune(mod, target, tmp_path / "topped-up", max_trials_per_task=1, seed_from=foreign)
+    settings = json.loads((tmp_path / "topped-up" / tuning.SETTINGS_FILE).read_text())
+    assert settings["seeded_from"]["database"] == "foreign" and settings["seeded_from"]["replayed"] == replayed
+    assert tuning.budget(tmp_path / "topped-up") == 1 + TRIALS_PER_TASK
+    with pytest.raises(CourseError, match="another database"):
+        tuning.tune(mod, target, foreign, max_trials_per_task=1, seed_from=foreign)
 
 
 def test_a_database_for_another_model_says_how_many_kernels_matched(target, tuned):
@@ -215,7 +231,7 @@ def tuned_prepacked(imported, target, tmp_path_factory):
 
 def test_prepacked_tuning_lifts_the_weight_layout_into_transform_params(imported, model, example, target, tuned_prepacked):
     mod, params = imported
-    assert json.loads((tuned_prepacked / tuning.SETTINGS_FILE).read_text()) == {"prepack": True}
+    assert json.loads((tuned_prepacked / tuning.SETTINGS_FILE).read_text())["prepack"] is True
     applied = tuning.apply_database(mod, target, tuned_prepacked)  # prepack taken from the settings file
     assert "main_transform_params" in {gv.name_hint for gv in applied.functions}
     compiled = tuning.compile_tuned(ImportedModel(mod, params, tuple(example.shape), "float32"), target, tuned_prepacked)
