@@ -7,10 +7,12 @@ Two commands (see the README):
   machine, and after each stage measures tuned TVM against PyTorch eager in the
   same run. The curve (trials per task, tuning time, both latencies) is saved
   beside the database, so Day 8 can show how long tuning takes to reach parity.
+  ``--seed-from DIR`` tops up a database made on another CPU instead of
+  starting from scratch.
 * ``python -m helpers.benchmark table`` measures, for each model, PyTorch eager,
-  torch.compile, untuned TVM and tuned TVM (where a database for this machine
-  exists) side by side, and writes the table with the machine it came from to
-  ``results/``.
+  torch.compile, untuned TVM and tuned TVM (with the database ``databases.choose``
+  picks: this CPU's, else one transferred from another CPU, and says which)
+  side by side, and writes the table with the machine it came from to ``results/``.
 """
 
 from __future__ import annotations
@@ -26,67 +28,14 @@ from pathlib import Path
 import torch
 import tvm
 
-from . import machine, models, timing, tuning
+from . import databases, machine, models, timing, tuning
 from .build import CompiledModel, check_parity, compile_model
 
 REPO = Path(__file__).resolve().parent.parent
-TUNING_ROOT = REPO / "tuning"
-# Databases a learner tunes on a machine the course ships none for: kept, out of git, and reused.
-OWN_TUNING_ROOT = REPO / "build" / "tuning"
 RESULTS_ROOT = REPO / "results"
 CURVE_FILE = "tuning_curve.json"
 BENCH_MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
 EAGER, COMPILED, UNTUNED, TUNED = "PyTorch eager", "torch.compile", "TVM untuned", "TVM tuned"
-
-
-def database_dir(model: str, target: tvm.target.Target, batch: int = 1, root: Path = TUNING_ROOT) -> Path:
-    """Where the course keeps (and ships) the database for a model on a target.
-
-    The name carries what a record is only valid for: model, batch, the CPU
-    LLVM tunes for and the core count, e.g. ``mobilenet_v2-b1-znver4-2cores``.
-    """
-    mcpu = str(target.attrs.get("mcpu", target.kind.name))
-    cores = target.attrs.get("num-cores")
-    return root / f"{model}-b{batch}-{mcpu}-{cores}cores"
-
-
-def _fits(work_dir: Path, target: tvm.target.Target) -> bool:
-    """True when ``work_dir`` holds a readable database with records for exactly ``target``."""
-    try:
-        return str(target) in tuning.database_summary(work_dir)["targets"]
-    except tuning.TuningDatabaseError:
-        return False
-
-
-def database_for(
-    model_name: str,
-    imported: models.ImportedModel,
-    target: tvm.target.Target,
-    batch: int = 1,
-    trials_per_task: int = 16,
-    max_trials_global: int | None = None,
-    own_root: Path = OWN_TUNING_ROOT,
-    shipped_root: Path = TUNING_ROOT,
-) -> tuple[Path, str]:
-    """A tuning database for this model on this machine, and where it came from.
-
-    The one shipped in ``tuning/`` when it was tuned for exactly this target
-    (``"shipped"``); otherwise the learner's own in ``build/tuning/``, tuned
-    earlier on this machine (``"tuned here earlier"``) or now, with prepacking,
-    under the given budget (``"tuned now"``). Shipped records only apply to
-    the CPU and core count they were measured on, which is why a notebook says
-    which of the three it used.
-    """
-    shipped = database_dir(model_name, target, batch, root=shipped_root)
-    if _fits(shipped, target):
-        return shipped, "shipped"
-    own = database_dir(model_name, target, batch, root=own_root)
-    if _fits(own, target):
-        return own, "tuned here earlier"
-    tuning.tune(
-        imported.mod, target, own, max_trials_per_task=trials_per_task, max_trials_global=max_trials_global, prepack=True
-    )
-    return own, "tuned now"
 
 
 def slug(text: str) -> str:
@@ -145,6 +94,7 @@ def tune_in_stages(
     work_dir: Path | None = None,
     repeats: int = 50,
     keep: int | None = None,
+    seed_from: Path | None = None,
 ) -> Path:
     """Tune ``model_name`` with prepacking up to each cumulative budget in ``stages``.
 
@@ -154,9 +104,11 @@ def tune_in_stages(
     run stopped half-way keeps what it measured. ``keep`` prunes the database
     to the fastest ``keep`` records per kernel at the end (for shipping; tuning
     on from a pruned database starts its cost model almost from scratch).
+    ``seed_from`` starts the first stage from another database's best
+    schedules, measured here first (a top-up of a database made on another CPU).
     """
     target = machine.cpu_target()
-    work_dir = work_dir or database_dir(model_name, target, batch)
+    work_dir = work_dir or databases.database_dir(model_name, target, batch)
     model = models.load_model(model_name)
     x = models.example_input(batch)
     imported = models.import_to_relax(model, x)
@@ -174,7 +126,8 @@ def tune_in_stages(
         if total <= done:
             continue
         start = time.perf_counter()
-        tuning.tune(imported.mod, target, work_dir, max_trials_per_task=total - done, prepack=True)
+        tuning.tune(imported.mod, target, work_dir, max_trials_per_task=total - done, prepack=True,
+                    seed_from=seed_from if done == 0 else None)
         spent += time.perf_counter() - start
         done = total
         compiled = tuning.compile_tuned(imported, target, work_dir)
@@ -213,13 +166,13 @@ def ship(work_dir: Path, keep: int = 1) -> int:
 # ------------------------------------------------------------------------ table
 
 
-def benchmark_model(
-    model_name: str, batch: int = 1, repeats: int = 20, tuning_root: Path = TUNING_ROOT
-) -> dict:
+def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20) -> dict:
     """One row of the table: every backend on one model, timed interleaved in one run.
 
-    TVM tuned is left out (None) when no database was tuned for this machine's
-    target; its absence is part of the answer, not an error.
+    Tuned TVM uses the database ``databases.choose`` picks (this CPU's, else one
+    transferred from another CPU, labelled as such in the row); it is left out
+    (None) only when no database exists for the model at all: its absence is
+    part of the answer, not an error. Nothing is tuned here.
     """
     target = machine.cpu_target()
     model = models.load_model(model_name)
@@ -234,19 +187,20 @@ def benchmark_model(
     untuned = compile_model(imported, target)
     check_parity(untuned, model, x)
     runners[UNTUNED] = timing.tvm_runner(untuned, x)
-    work_dir = database_dir(model_name, target, batch, tuning_root)
-    trials = None
+    trials, label = None, None
     try:
-        tuned = tuning.compile_tuned(imported, target, work_dir)
+        database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     except tuning.TuningDatabaseError as err:
         print(f"{model_name}: no tuned build ({str(err).split('.')[0]}).", flush=True)
     else:
+        tuned = database.compile(imported, target)
         check_parity(tuned, model, x)
         runners[TUNED] = timing.tvm_runner(tuned, x)
-        trials = read_curve(work_dir)["points"][-1]["trials_per_task"] if (work_dir / CURVE_FILE).is_file() else None
+        trials, label = database.trials_per_task, database.label()
     load = _load_average()
     timings = timing.measure(runners, batch=batch, warmup=3, repeats=repeats)
-    row = {"model": model_name, "batch": batch, "torch_compile_s": round(compile_s, 1), "trials_per_task": trials}
+    row = {"model": model_name, "batch": batch, "torch_compile_s": round(compile_s, 1), "trials_per_task": trials,
+           "database": label}
     for t in timings:
         row[t.label] = {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)}
     row["load_average"] = [load, _load_average()]
@@ -286,15 +240,15 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
         f"Machine: {machine_summary}",
         "",
         "| model | batch | eager ms | torch.compile ms | TVM untuned ms | TVM tuned ms | tuned vs eager "
-        "| tuned vs torch.compile | untuned vs eager | trials/task |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| tuned vs torch.compile | untuned vs eager | trials/task | database |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         r = ratios(row)
         lines.append(
             f"| {row['model']} | {row['batch']} | {cell(row, EAGER)} | {cell(row, COMPILED)} | {cell(row, UNTUNED)} "
             f"| {cell(row, TUNED)} | {ratio(r['tuned_vs_eager'])} | {ratio(r['tuned_vs_compile'])} "
-            f"| {ratio(r['untuned_vs_eager'])} | {row['trials_per_task'] or '—'} |"
+            f"| {ratio(r['untuned_vs_eager'])} | {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
         )
     lines += ["", "Medians of interleaved runs, interquartile range in brackets; speedup > 1 means faster."]
     return "\n".join(lines)
@@ -342,6 +296,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_cmd.add_argument("--stages", type=int, nargs="+", default=[8, 16, 32])
     tune_cmd.add_argument("--batch", type=int, default=1)
     tune_cmd.add_argument("--keep", type=int, default=None, help="prune to the K fastest records per kernel at the end")
+    tune_cmd.add_argument("--seed-from", type=Path, default=None,
+                          help="a database (e.g. one shipped for another CPU) whose best schedules start the search")
     table_cmd = sub.add_parser("table", help="eager, torch.compile, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
     table_cmd.add_argument("--batch", type=int, default=1)
@@ -349,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     args = parser.parse_args(argv)
     if args.command == "tune":
-        print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep))
+        print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from))
     else:
         run_table(args.models or list(BENCH_MODELS), args.batch, args.repeats, save=not args.no_save)
     return 0

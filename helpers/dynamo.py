@@ -123,11 +123,14 @@ class TVMBackend:
     """A ``torch.compile`` backend that compiles every captured graph with TVM.
 
     ``database``: a MetaSchedule tuning database (Day 8) to build with; kernels
-    it does not hold keep TVM's untuned code. ``target`` defaults to this CPU.
+    it does not hold keep TVM's untuned code. ``transfer`` lets it use records
+    tuned for another CPU (``databases.Database.transferred`` says when that is
+    needed). ``target`` defaults to this CPU.
     """
 
     target: tvm.target.Target | None = None
     database: str | Path | None = None
+    transfer: bool = False
     graphs: list[CapturedGraph] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -152,7 +155,7 @@ class TVMBackend:
             input_dtype=models.dtype_name(inputs[0]) if inputs else "float32",
         )
         if self.database is not None:
-            compiled = tuning.compile_tuned(imported, self.target, self.database)
+            compiled = tuning.compile_tuned(imported, self.target, self.database, transfer=self.transfer)
         else:
             compiled = build.compile_model(imported, self.target)
         self.graphs.append(
@@ -196,7 +199,10 @@ class TVMBackend:
 
 
 def compile_with_tvm(
-    model: torch.nn.Module, target: tvm.target.Target | None = None, database: str | Path | None = None
+    model: torch.nn.Module,
+    target: tvm.target.Target | None = None,
+    database: str | Path | None = None,
+    transfer: bool = False,
 ) -> tuple[Callable, TVMBackend]:
     """``torch.compile`` the model with a fresh TVM backend: (compiled model, backend).
 
@@ -205,5 +211,5 @@ def compile_with_tvm(
     what was compiled before. Compilation happens on the first call.
     """
     torch._dynamo.reset()
-    backend = TVMBackend(target=target, database=database)
+    backend = TVMBackend(target=target, database=database, transfer=transfer)
     return torch.compile(model.eval(), backend=backend, dynamic=False), backend

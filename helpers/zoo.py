@@ -20,10 +20,13 @@ from typing import Sequence
 import tvm
 from tvm import relax
 
-from . import benchmark, build, config, ir, machine, models, profiling, timing, tuning
+from . import benchmark, build, config, databases, ir, machine, models, profiling, timing
 from .benchmark import EAGER, TUNED
 
 ZOO = benchmark.BENCH_MODELS
+# Trials per task of the databases the capstone compares: the same for every model, or the
+# comparison measures the budgets. Databases tuned with this budget are shipped for all three.
+EQUAL_BUDGET = 16
 
 
 def _conv_calls(mod: tvm.IRModule) -> list[relax.Call]:
@@ -79,8 +82,7 @@ class ZooResult:
 
     name: str
     mix: dict
-    database: str
-    database_source: str  # "shipped", "tuned here earlier" or "tuned now"
+    database: databases.Database
     relative_error: float
     timings: list[timing.Timing]
     profile: profiling.Profile
@@ -94,32 +96,31 @@ class ZooResult:
             "eager ms": round(by_label[EAGER].median_ms, 2),
             "TVM tuned ms": round(by_label[TUNED].median_ms, 2),
             "speedup": round(by_label[EAGER].median_ms / by_label[TUNED].median_ms, 2),
-            "database": self.database_source,
+            "trials/task": self.database.trials_per_task,
+            "database": self.database.label(),
         }
 
 
-def run_model(
-    name: str, batch: int = 1, repeats: int | None = None, trials_per_task: int = 2, max_trials_global: int = 40
-) -> ZooResult:
+def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: float | None = None) -> ZooResult:
     """Import, fuse, build tuned, check, time against eager and profile one model.
 
-    The tuning database comes from ``benchmark.database_for``: the shipped one
-    for this CPU, else one tuned here before, else tuned now within the budget.
+    The tuning database comes from ``databases.choose``: the largest budget for
+    this CPU, else one transferred from another CPU. ``budget`` (trials per task)
+    asks for a database tuned with exactly that budget, to compare models fairly.
+    Nothing is tuned here: a model with no database at all is an error.
     """
     target = machine.cpu_target()
     model = models.load_model(name)
     x = models.example_input(batch)
     imported = models.import_to_relax(model, x)
     mix = operator_mix(imported.mod)
-    database, source = benchmark.database_for(
-        name, imported, target, batch, trials_per_task=trials_per_task, max_trials_global=max_trials_global
-    )
-    compiled = tuning.compile_tuned(imported, target, database)
+    database = databases.choose(name, imported, target, batch, tune_if_missing=False, budget=budget)
+    compiled = database.compile(imported, target)
     error = build.check_parity(compiled, model, x)
     repeats = repeats or config.pick(20, 5)
     timings = list(benchmark.time_eager_and_tuned(model, x, compiled, repeats, warmup=2))
     prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
-    return ZooResult(name, mix, database.name, source, error, timings, prof)
+    return ZooResult(name, mix, database, error, timings, prof)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     for name in args.models:
         print(f"{name} ...", flush=True)
-        result = run_model(name, repeats=args.repeats)
+        result = run_model(name, repeats=args.repeats, budget=EQUAL_BUDGET)
         row = result.row()
         row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
         rows.append(row)

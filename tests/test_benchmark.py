@@ -5,7 +5,7 @@ import json
 import pytest
 import tvm
 
-from helpers import benchmark, tuning
+from helpers import benchmark, databases, tuning
 
 
 def _target(mcpu="znver4", cores=2):
@@ -13,18 +13,13 @@ def _target(mcpu="znver4", cores=2):
 
 
 def _row(model, eager, compiled, untuned, tuned=None):
-    row = {"model": model, "batch": 1, "torch_compile_s": 30.0, "trials_per_task": 32 if tuned else None}
+    row = {"model": model, "batch": 1, "torch_compile_s": 30.0, "trials_per_task": 32 if tuned else None,
+           "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None}
     for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.UNTUNED, untuned),
                       (benchmark.TUNED, tuned)):
         if ms is not None:
             row[label] = {"median_ms": ms, "iqr_ms": ms / 10, "repeats": 20}
     return row
-
-
-def test_database_dir_names_what_its_records_are_valid_for(tmp_path):
-    path = benchmark.database_dir("resnet50", _target("skylake-avx512", 16), batch=4, root=tmp_path)
-    assert path == tmp_path / "resnet50-b4-skylake-avx512-16cores"
-    assert benchmark.database_dir("mobilenet_v2", _target()).parent == benchmark.TUNING_ROOT
 
 
 def test_ratios_are_speedups_and_missing_tuned_is_none():
@@ -42,6 +37,7 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
     assert lines[0] == "Machine: test cpu, 2 cores"
     mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
     assert "8.00 (0.80)" in mnv2 and "1.50×" in mnv2 and "1.25×" in mnv2 and "0.10×" in mnv2 and "| 32 |" in mnv2
+    assert "transferred from znver4" in mnv2
     r50 = next(line for line in lines if line.startswith("| resnet50"))
     assert "no database" in r50 and "—" in r50
 
@@ -64,12 +60,12 @@ def test_read_curve_says_how_to_make_a_missing_curve(tmp_path):
 
 
 def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
-    shipped = [p for p in benchmark.TUNING_ROOT.iterdir() if p.is_dir()]
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir()]
     assert shipped, "the course ships at least one tuning database"
     for directory in shipped:
         curve = benchmark.read_curve(directory)
         target = tvm.target.Target(json.loads(curve["target"]))
-        assert directory == benchmark.database_dir(curve["model"], target, curve["batch"]), directory.name
+        assert directory == databases.database_dir(curve["model"], target, curve["batch"]), directory.name
         summary = tuning.database_summary(directory)
         assert summary["targets"] == [str(target)], f"{directory.name}: records for other targets"
         assert summary["failed_records"] < summary["records"]
@@ -78,7 +74,10 @@ def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
         kept = curve.get("shipped_records_per_kernel")
         assert kept, f"{directory.name}: ship a pruned database (helpers.benchmark tune --keep)"
         assert summary["records"] <= min(points[-1]["records"], kept * summary["workloads"])
-        assert json.loads((directory / tuning.SETTINGS_FILE).read_text()) == {"prepack": True}
+        settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
+        assert settings["prepack"] is True and not settings["quick"], directory.name
+        assert tuning.budget(directory) == points[-1]["trials_per_task"] + (settings.get("seeded_from") or {}).get(
+            "trials_per_task", 0), f"{directory.name}: the budget it says is not the one its curve shows"
 
 
 def test_shipped_results_name_their_machine():
@@ -87,23 +86,3 @@ def test_shipped_results_name_their_machine():
         assert record["machine"]["cpu"] and record["machine"]["cores"] >= 1 and record["measured"]
         assert {row["model"] for row in record["rows"]} >= {"mobilenet_v2"}
         assert path.with_suffix(".md").is_file()
-
-
-def test_database_for_prefers_shipped_then_reuses_what_it_tuned(tiny_imported, tmp_path):
-    import contextlib
-    import io
-    import shutil
-
-    from helpers import machine
-
-    target = machine.cpu_target()
-    shipped_root, own_root = tmp_path / "shipped", tmp_path / "own"
-    with contextlib.redirect_stdout(io.StringIO()):
-        first = benchmark.database_for("tiny", tiny_imported, target, trials_per_task=1, max_trials_global=2,
-                                       own_root=own_root, shipped_root=shipped_root)
-    assert first == (benchmark.database_dir("tiny", target, root=own_root), "tuned now")
-    again = benchmark.database_for("tiny", tiny_imported, target, own_root=own_root, shipped_root=shipped_root)
-    assert again == (first[0], "tuned here earlier")
-    shutil.copytree(first[0], benchmark.database_dir("tiny", target, root=shipped_root))
-    shipped = benchmark.database_for("tiny", tiny_imported, target, own_root=own_root, shipped_root=shipped_root)
-    assert shipped == (benchmark.database_dir("tiny", target, root=shipped_root), "shipped")

@@ -1,0 +1,150 @@
+"""helpers.databases: which database a model is built with, on any CPU, and never a test run's in full mode.
+
+One tiny real tuning run (TinyNet, 1 trial per task) is copied around to play
+the shipped database, the learner's own, a test run's and one from another CPU.
+"""
+
+import contextlib
+import io
+import json
+
+import pytest
+import tvm
+
+from helpers import build, config, databases, machine, tuning
+from helpers.errors import TuningDatabaseError
+
+
+def _target(mcpu="znver4", cores=2):
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})
+
+
+def _other_cpu() -> str:
+    return "skylake-avx512" if machine.cpu_name() != "skylake-avx512" else "znver5"
+
+
+def _set_budget(path, trials_per_task, quick=False):
+    settings = json.loads((path / tuning.SETTINGS_FILE).read_text())
+    settings.update(trials_per_task=trials_per_task, quick=quick)
+    (path / tuning.SETTINGS_FILE).write_text(json.dumps(settings))
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    """The three places databases live, moved to a temporary directory."""
+    roots = {name: tmp_path / name for name in ("shipped", "own", "quick")}
+    monkeypatch.setattr(databases, "SHIPPED_ROOT", roots["shipped"])
+    monkeypatch.setattr(databases, "OWN_ROOT", roots["own"])
+    monkeypatch.setattr(databases, "QUICK_ROOT", roots["quick"])
+    return roots
+
+
+@pytest.fixture(scope="module")
+def tiny_db(tiny_imported, tmp_path_factory):
+    """A real database for TinyNet on this machine (1 trial per task, prepacked, as the course tunes)."""
+    path = tmp_path_factory.mktemp("tiny") / "db"
+    with contextlib.redirect_stdout(io.StringIO()):
+        tuning.tune(tiny_imported.mod, machine.cpu_target(), path, max_trials_per_task=1, prepack=True)
+    return path
+
+
+def test_database_dir_names_what_its_records_are_valid_for(tmp_path):
+    path = databases.database_dir("resnet50", _target("skylake-avx512", 16), batch=4, root=tmp_path)
+    assert path == tmp_path / "resnet50-b4-skylake-avx512-16cores"
+    assert databases.database_dir("mobilenet_v2", _target()).parent == databases.SHIPPED_ROOT
+
+
+def test_a_test_runs_database_is_never_used_in_full_mode(tiny_imported, places, monkeypatch):
+    """Issue: a quick-mode run's 40-trial database became the learner's, and tuned TVM was 7x slower than eager."""
+    target = machine.cpu_target()
+    monkeypatch.setenv(config.QUICK_ENV, "1")
+    with contextlib.redirect_stdout(io.StringIO()):
+        quick = databases.choose("tiny", tiny_imported, target, trials_per_task=1, max_trials_global=2)
+    assert quick.tuned_now and quick.origin == databases.TEST_RUN and quick.path.parent == places["quick"]
+    assert tuning.tuned_in_quick_mode(quick.path) and tuning.budget(quick.path) <= 1
+    # Quick mode finds it again; full mode does not see it at all.
+    assert databases.choose("tiny", tiny_imported, target, tune_if_missing=False).path == quick.path
+    monkeypatch.delenv(config.QUICK_ENV)
+    assert databases.candidates("tiny", target) == []
+    with pytest.raises(TuningDatabaseError, match="No tuning database for tiny"):
+        databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    # Nor when an older course left a quick-mode database among the learner's own.
+    stale = databases.database_dir("tiny", target, root=places["own"])
+    stale.parent.mkdir(parents=True)
+    quick.path.rename(stale)
+    assert databases.candidates("tiny", target) == []
+
+
+def test_choose_takes_the_largest_budget_and_this_cpu_on_a_tie(tiny_imported, tiny_db, places, retarget):
+    import shutil
+
+    target = machine.cpu_target()
+    shipped = databases.database_dir("tiny", target, root=places["shipped"])
+    own = databases.database_dir("tiny", target, root=places["own"])
+    foreign = databases.database_dir("tiny", _target(_other_cpu(), target.attrs["num-cores"]), root=places["shipped"])
+    shutil.copytree(tiny_db, shipped)
+    shutil.copytree(tiny_db, own)
+    retarget(tiny_db, foreign, _target(_other_cpu(), target.attrs["num-cores"]))
+    _set_budget(shipped, 16)
+    _set_budget(own, 32)
+    _set_budget(foreign, 64)
+    best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    assert best.path == foreign and best.transferred and "largest budget of 3" in best.reason
+    assert best.label() == f"transferred from {_other_cpu()}, {target.attrs['num-cores']} cores (shipped, 64 trials/task)"
+    _set_budget(own, 64)  # a tie: this CPU's own wins
+    best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    assert best.path == own and not best.transferred and best.origin == databases.YOURS
+    assert best.label().startswith("tuned for this CPU")
+    # Equal budgets on request: only databases tuned with exactly that budget.
+    assert databases.choose("tiny", tiny_imported, target, tune_if_missing=False, budget=16).path == shipped
+    with pytest.raises(TuningDatabaseError, match="tuned with 8 trials per task"):
+        databases.choose("tiny", tiny_imported, target, tune_if_missing=False, budget=8)
+
+
+def test_a_database_from_another_cpu_transfers_builds_and_matches_pytorch(
+    tiny_model, tiny_input, tiny_imported, tiny_db, places, retarget
+):
+    target = machine.cpu_target()
+    other = _target(_other_cpu(), target.attrs["num-cores"])
+    foreign = databases.database_dir("tiny", other, root=places["shipped"])
+    retarget(tiny_db, foreign, other)
+    _set_budget(foreign, 16)
+    chosen = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    assert chosen.transferred and chosen.mcpu == _other_cpu() and chosen.reason == "the only database for this model"
+    compiled = chosen.compile(tiny_imported, target)
+    assert build.check_parity(compiled, tiny_model, tiny_input) < 1e-4
+
+
+def test_the_nearest_cpu_wins_among_transfers_of_equal_budget():
+    here = _target("znver5", 2)
+    far = databases.Database(databases.SHIPPED_ROOT / "m-b1-haswell-2cores", "shipped", "haswell", 2, 16, True)
+    near = databases.Database(databases.SHIPPED_ROOT / "m-b1-znver4-2cores", "shipped", "znver4", 2, 16, True)
+    other_cores = databases.Database(databases.SHIPPED_ROOT / "m-b1-znver4-8cores", "shipped", "znver4", 8, 16, True)
+    assert databases.rank([far, other_cores, near], here) == [near, far, other_cores]
+
+
+def test_remove_deletes_the_learners_and_test_runs_databases_never_the_shipped(tiny_db, places):
+    import shutil
+
+    for root in places.values():
+        shutil.copytree(tiny_db, root / "tiny-b2-znver4-2cores")
+    assert [p.parent.name for p in databases.remove("test")] == ["quick"]
+    assert [p.parent.name for p in databases.remove("all")] == ["own"]
+    assert (places["shipped"] / "tiny-b2-znver4-2cores").is_dir()
+    with pytest.raises(ValueError, match="'yours', 'test' or 'all'"):
+        databases.remove("shipped")
+
+
+def test_list_names_every_database_and_how_it_fits(tiny_db, places, capsys):
+    import shutil
+
+    shutil.copytree(tiny_db, places["quick"] / "tiny-b2-skylake-avx512-2cores")
+    assert databases.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "This machine:" in out and "test run" in out and "tiny-b2-skylake-avx512-2cores" in out
+
+
+def test_every_shipped_database_says_its_budget():
+    for directory in (p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir()):
+        assert tuning.budget(directory), f"{directory.name}: course_tuning.json lacks trials_per_task"
+        assert not tuning.tuned_in_quick_mode(directory), f"{directory.name} was tuned in quick mode"
