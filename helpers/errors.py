@@ -34,3 +34,7 @@ class ParityError(CourseError, AssertionError):
 
 class GradingError(CourseError, RuntimeError):
     """An instructor command that cannot run as asked; the message says what to run first."""
+
+
+class ExportError(CourseError, RuntimeError):
+    """torch.export could not capture a model on its example input, for a reason other than its shape."""
