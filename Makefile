@@ -13,7 +13,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser lab test benchmark capstone student outputs submit autograde feedback grades clean-env
+.PHONY: env browser lab test benchmark capstone databases student outputs submit autograde feedback grades clean-env
 
 env: $(READY) $(LAB_SETTINGS)
 
@@ -54,6 +54,10 @@ benchmark: env
 # Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.
 capstone: env
 	$(BIN)/python -m helpers.zoo
+
+# Every tuning database (shipped, yours, test runs'), where it came from, its budget, and whether it fits this CPU.
+databases: env
+	$(BIN)/python -m helpers.databases list
 
 # Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).
 student: env

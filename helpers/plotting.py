@@ -178,3 +178,31 @@ def plot_tuning_curve(points: Sequence[dict], title: str = "Tuning: end-to-end l
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return fig
+
+
+def plot_transfer_study(rows: Sequence[dict], title: str = "A tuning database on another CPU"):
+    """Each way of building the model against eager PyTorch, with the minutes of tuning it cost here.
+
+    ``rows`` are the records of ``helpers.transfer_study``: ``arm``, ``median_ms``,
+    ``iqr_ms`` and, for TVM's builds, ``tuning_min``. Bars are latencies measured
+    in one interleaved run; eager's is the dashed line to beat.
+    """
+    eager = next((r for r in rows if "tuning_min" not in r), None)
+    builds = [r for r in rows if "tuning_min" in r]
+    if eager is None or not builds:
+        raise ValueError("plot_transfer_study needs eager's row and at least one TVM build's row.")
+    fig, ax = plt.subplots(figsize=(8, 0.55 * len(builds) + 1.6))
+    labels = [f"{r['arm']}  ({r['tuning_min']:.0f} min here)" for r in builds]
+    colors = ["tab:gray" if r["arm"] == "untuned" else "tab:green" for r in builds]
+    ax.barh(labels, [r["median_ms"] for r in builds], xerr=[r["iqr_ms"] / 2 for r in builds], color=colors, capsize=3)
+    ax.axvline(eager["median_ms"], color="tab:orange", linestyle="--", label=f"PyTorch eager, {eager['median_ms']:.1f} ms")
+    for y, r in enumerate(builds):
+        ax.annotate(f"{eager['median_ms'] / r['median_ms']:.2f}x eager", (r["median_ms"], y), textcoords="offset points",
+                    xytext=(6, -3), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency, batch 1 (ms, median, log scale; bars: IQR)")
+    ax.invert_yaxis()
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -84,3 +84,21 @@ def test_tuning_curve_plot_draws_both_latencies_against_minutes():
     assert {t.get_text() for t in ax.texts} == {"8/task", "16/task"}
     with pytest.raises(ValueError, match="at least one point"):
         plotting.plot_tuning_curve([])
+
+
+def test_transfer_study_plot_draws_each_build_against_eager_with_its_tuning_minutes():
+    rows = [
+        {"arm": "PyTorch eager", "median_ms": 12.0, "iqr_ms": 1.0},
+        {"arm": "untuned", "median_ms": 190.0, "iqr_ms": 2.0, "tuning_min": 0.0},
+        {"arm": "transferred", "median_ms": 11.0, "iqr_ms": 0.2, "tuning_min": 0.0},
+        {"arm": "transferred + 8 trials/task", "median_ms": 10.0, "iqr_ms": 0.2, "tuning_min": 5.4},
+    ]
+    fig = plotting.plot_transfer_study(rows)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "untuned  (0 min here)", "transferred  (0 min here)", "transferred + 8 trials/task  (5 min here)"]
+    assert [round(p.get_width(), 1) for p in ax.patches] == [190.0, 11.0, 10.0]
+    assert [t.get_text() for t in ax.texts] == ["0.06x eager", "1.09x eager", "1.20x eager"]
+    assert ax.get_legend().get_texts()[0].get_text() == "PyTorch eager, 12.0 ms"
+    with pytest.raises(ValueError, match="eager's row"):
+        plotting.plot_transfer_study(rows[1:])
