@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import tvm
 
-from . import databases, machine, models, timing, tuning
+from . import databases, kernels, machine, models, timing, tuning
 from .build import CompiledModel, check_parity, compile_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -200,7 +200,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20) -> dict:
     load = _load_average()
     timings = timing.measure(runners, batch=batch, warmup=3, repeats=repeats)
     row = {"model": model_name, "batch": batch, "torch_compile_s": round(compile_s, 1), "trials_per_task": trials,
-           "database": label}
+           "database": label, "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()}}
     for t in timings:
         row[t.label] = {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)}
     row["load_average"] = [load, _load_average()]
@@ -236,8 +236,10 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
     def ratio(value):
         return "—" if value is None else f"{value:.2f}×"
 
+    threads = {f"TVM {r['threads']['TVM']}, PyTorch {r['threads']['PyTorch']}" for r in rows if "threads" in r}
     lines = [
         f"Machine: {machine_summary}",
+        *(f"Threads: {t}" for t in sorted(threads)),
         "",
         "| model | batch | eager ms | torch.compile ms | TVM untuned ms | TVM tuned ms | tuned vs eager "
         "| tuned vs torch.compile | untuned vs eager | trials/task | database |",

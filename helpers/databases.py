@@ -76,7 +76,7 @@ class Database:
 
     def label(self) -> str:
         """``transferred from znver4, 2 cores (shipped, 64 trials/task)`` or ``tuned for this CPU (...)``."""
-        where = f"transferred from {self.tuned_for}" if self.transferred else f"tuned for this CPU ({self.tuned_for})"
+        where = f"transferred from {self.tuned_for}" if self.transferred else f"tuned for this CPU, {self.tuned_for}"
         return f"{where} ({self.origin}, {self.budget_text})"
 
     def compile(self, imported: ImportedModel, target: tvm.target.Target) -> CompiledModel:

@@ -14,7 +14,8 @@ def _target(mcpu="znver4", cores=2):
 
 def _row(model, eager, compiled, untuned, tuned=None):
     row = {"model": model, "batch": 1, "torch_compile_s": 30.0, "trials_per_task": 32 if tuned else None,
-           "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None}
+           "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None,
+           "threads": {"TVM": 2, "PyTorch": 2}}
     for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.UNTUNED, untuned),
                       (benchmark.TUNED, tuned)):
         if ms is not None:
@@ -35,6 +36,7 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
     )
     lines = text.splitlines()
     assert lines[0] == "Machine: test cpu, 2 cores"
+    assert lines[1] == "Threads: TVM 2, PyTorch 2"  # both libraries on the same threads, said next to the numbers
     mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
     assert "8.00 (0.80)" in mnv2 and "1.50×" in mnv2 and "1.25×" in mnv2 and "0.10×" in mnv2 and "| 32 |" in mnv2
     assert "transferred from znver4" in mnv2
