@@ -26,8 +26,8 @@ A tuning directory (``work_dir``) holds MetaSchedule's two JSON files,
 with MetaSchedule's own per-task logs, and ``course_tuning.json``: how the
 kernels were prepared (with or without weight prepacking), so that applying the
 database prepares them the same way, and the budget it was tuned with (trials
-per task, in all, in quick mode or not, and what it was seeded from), so that a
-test run's tiny database is never mistaken for a real one.
+per task, whether in quick mode, and what it was seeded from), so that a test
+run's tiny database is never mistaken for a real one.
 
 Weight prepacking (``prepack=True``, TVM's ``cpu_weight_prepack``) lets each
 tuned schedule choose the memory layout of its weights (e.g. blocked for the
@@ -362,9 +362,10 @@ def tune(
     seeded_from = None
     if seed_from is not None:
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
+    _write_settings(work_dir, prepack, 0, seeded_from)  # before tuning: an interrupted run still says how it was prepared
     with _quiet_metaschedule():
         _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed)
-    _write_settings(work_dir, prepack, budget_trials / len(tasks), seeded_from)
+    _write_settings(work_dir, prepack, budget_trials / len(tasks))
     if not _measured_records(_load_database(work_dir), target):
         raise TuningDatabaseError(
             f"Tuning ran but no candidate was built and measured successfully, so {work_dir} "
