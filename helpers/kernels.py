@@ -24,7 +24,8 @@ from tvm.script import tirx as T
 from .build import relative_error
 from .config import pick
 from .errors import CourseError
-from .machine import cpu_target, vector_width_bits
+from . import machine
+from .machine import FmaThroughput, cpu_target, vector_width_bits
 from .timing import Timing
 
 BLOCK_NAME = "conv"
@@ -43,16 +44,47 @@ def float32_lanes(target: tvm.target.Target | None = None) -> int:
     return vector_width_bits(target) // 32
 
 
-def peak_gflops(cores: int, ghz: float, lanes: int, fma_units: int = 2) -> float:
+def peak_gflops(cores: int, ghz: float, lanes: int, fma_units: int) -> float:
     """Estimated float32 peak: every core issues ``fma_units`` FMAs of ``lanes`` values per cycle.
 
-    An FMA is 2 floating-point operations. It is an estimate: the clock under load
-    (turbo, AVX-512 down-clocking) and the FMA-unit count vary by CPU model.
+    An FMA is 2 floating-point operations. ``lanes`` is the width of the FMA unit, which is not
+    always the register's (``machine.fma_throughput`` gives both figures for a CPU, and says where
+    they come from). It is an estimate: the clock under load (turbo, AVX-512 down-clocking) varies.
     """
     for name, value in {"cores": cores, "ghz": ghz, "lanes": lanes, "fma_units": fma_units}.items():
         if not value > 0:
             raise ValueError(f"{name} must be positive, got {value!r}")
     return float(cores * ghz * fma_units * 2 * lanes)
+
+
+@dataclass(frozen=True)
+class PeakEstimate:
+    """The float32 peak of this machine, with every number it is made of and where each comes from."""
+
+    cores: int  # physical cores (SMT siblings share their core's FMA units)
+    ghz: float
+    ghz_reported: bool  # False: the OS does not say, and 2 GHz is assumed
+    fma: FmaThroughput
+
+    @property
+    def gflops(self) -> float:
+        return peak_gflops(self.cores, self.ghz, self.fma.fp32_lanes, self.fma.units)
+
+    def explain(self) -> str:
+        clock = "reported by the OS" if self.ghz_reported else "assumed: the OS does not report it"
+        return (f"{self.cores} physical cores x {self.ghz} GHz ({clock}) x {self.fma.units} FMA units x 2 flops x "
+                f"{self.fma.fp32_lanes} lanes ({self.fma.width_bits}-bit units) = {self.gflops:.0f} GFLOP/s\n"
+                f"{self.fma.summary()}")
+
+
+def estimated_peak(target: tvm.target.Target | None = None, cores: int | None = None,
+                   ghz: float | None = None) -> PeakEstimate:
+    """The peak of ``target``'s CPU (default: this machine) on ``cores`` physical cores (default: this
+    machine's) at ``ghz`` (default: the clock the OS reports, else 2 GHz, and it says so)."""
+    reported = machine.cpu_ghz()
+    clock = ghz or reported or 2.0
+    return PeakEstimate(cores or machine.physical_core_count(), clock, bool(ghz or reported),
+                        machine.fma_throughput(target))
 
 
 def _positive(**sizes: int) -> None:
@@ -315,8 +347,8 @@ def thread_pool(n: int) -> Iterator[None]:
 
 
 __all__ = [
-    "BLOCK_NAME", "KernelMismatchError", "KernelShapeError", "PointwiseProblem", "PointwiseShape", "build",
-    "check", "float32_lanes", "gflops", "loop_nest", "measure", "pack_nchwc", "pack_weight",
+    "BLOCK_NAME", "KernelMismatchError", "KernelShapeError", "PeakEstimate", "PointwiseProblem", "PointwiseShape",
+    "build", "check", "estimated_peak", "float32_lanes", "gflops", "loop_nest", "measure", "pack_nchwc", "pack_weight",
     "peak_gflops", "pointwise_nchw", "pointwise_nchwc", "relative_error_of", "speedup", "thread_pool", "threads",
     "tvm_runner",
     "unpack_nchwc",

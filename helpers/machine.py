@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import tvm
 from tvm.target import codegen
@@ -28,11 +29,60 @@ def cpu_name() -> str:
 
 
 def core_count() -> int:
-    """Cores this process may run on (respects taskset and container limits)."""
+    """Logical CPUs this process may run on (respects taskset and container limits).
+
+    The right number of threads; SMT siblings count separately (``physical_core_count()`` does not).
+    """
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def physical_core_count(
+    cpus: set[int] | None = None,
+    sysfs: str | Path = "/sys/devices/system/cpu",
+    cpuinfo: str | Path = "/proc/cpuinfo",
+) -> int:
+    """Physical cores among the CPUs this process may run on: SMT siblings (hyper-threads) count once.
+
+    ``core_count()`` counts logical CPUs, right for thread counts; peak arithmetic needs physical
+    cores, because two hyper-threads of one core share its FMA units. The CPUs allowed by
+    ``os.sched_getaffinity(0)`` (or ``cpus``) are grouped by the sibling list the kernel publishes
+    (``topology/core_cpus_list``, ``thread_siblings_list`` on older kernels), else by the
+    ``(physical id, core id)`` pairs of ``/proc/cpuinfo``; with neither, every logical CPU counts as
+    a core. In a virtual machine this is the topology the hypervisor shows, which may not say
+    whether two virtual CPUs share a physical core.
+    """
+    if cpus is None:
+        try:
+            cpus = set(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            return core_count()
+    if not cpus:
+        return 1
+    groups = set()
+    for cpu in sorted(cpus):
+        topology = Path(sysfs) / f"cpu{cpu}" / "topology"
+        siblings = next((f.read_text().strip() for f in (topology / "core_cpus_list", topology / "thread_siblings_list")
+                         if f.is_file()), None)
+        if not siblings:
+            break
+        groups.add(siblings)
+    else:
+        return len(groups)
+    pairs = {}
+    try:
+        for block in Path(cpuinfo).read_text().split("\n\n"):
+            fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+            fields = {k.strip(): v.strip() for k, v in fields.items()}
+            if {"processor", "physical id", "core id"} <= fields.keys():
+                pairs[int(fields["processor"])] = (fields["physical id"], fields["core id"])
+    except (OSError, ValueError):
+        pairs = {}
+    if cpus <= pairs.keys():
+        return len({pairs[cpu] for cpu in cpus})
+    return len(cpus)
 
 
 def cpu_target(num_cores: int | None = None) -> tvm.target.Target:
@@ -57,6 +107,87 @@ def vector_extensions(target: tvm.target.Target | None = None) -> list[str]:
     """The notable SIMD extensions present, widest first."""
     feats = cpu_features(target)
     return [f for f in VECTOR_FEATURES if f in feats]
+
+
+@dataclass(frozen=True)
+class FmaThroughput:
+    """How much float32 arithmetic one core of a CPU can start per clock cycle.
+
+    ``units`` fused multiply-add instructions per cycle, each on ``width_bits`` of data: the width
+    of the FMA *datapath*, which is not always the register width (Zen 4 has 512-bit registers
+    but runs each 512-bit instruction as two 256-bit halves).
+    """
+
+    cpu: str
+    units: int
+    width_bits: int
+    source: str  # where the numbers come from: the table below, or the fallback's assumption
+
+    @property
+    def fp32_lanes(self) -> int:
+        """float32 values one FMA unit processes per cycle."""
+        return self.width_bits // 32
+
+    @property
+    def flops_per_cycle(self) -> int:
+        """float32 FLOP per cycle per core: units x lanes x 2 (an FMA is a multiply and an add)."""
+        return 2 * self.units * self.fp32_lanes
+
+    def summary(self) -> str:
+        units = f"{self.units} FMA unit{'s' if self.units > 1 else ''}"
+        return (f"{self.cpu}: {units} of {self.width_bits} bits per core = {self.flops_per_cycle} float32 FLOP "
+                f"per cycle ({self.source})")
+
+
+_SERVER_AVX512 = "most Xeon server parts; some (Xeon Bronze, Silver, some Gold 5100/5200) have 1 unit, half this"
+_CLIENT_AVX512 = "client AVX-512: two 256-bit units join into one 512-bit FMA"
+# FMA issue per core, keyed by LLVM CPU name: (units, datapath bits, note), as documented in the vendors'
+# optimization guides (Intel's Optimization Reference Manual; AMD's Software Optimization Guides for
+# families 17h, 19h and 1Ah) and Agner Fog's microarchitecture guide. A CPU not listed here gets the
+# fallback of fma_throughput(), an upper bound.
+FMA_BY_CPU: dict[str, tuple[int, int, str]] = {
+    "haswell": (2, 256, "Haswell"),
+    "broadwell": (2, 256, "Broadwell"),
+    "skylake": (2, 256, "client Skylake"),
+    "skylake-avx512": (2, 512, _SERVER_AVX512),
+    "cascadelake": (2, 512, _SERVER_AVX512),
+    "cooperlake": (2, 512, "Cooper Lake server"),
+    "icelake-server": (2, 512, "Ice Lake server"),
+    "sapphirerapids": (2, 512, "Sapphire Rapids"),
+    "icelake-client": (1, 512, _CLIENT_AVX512),
+    "tigerlake": (1, 512, _CLIENT_AVX512),
+    "rocketlake": (1, 512, _CLIENT_AVX512),
+    "znver1": (2, 128, "Zen 1 runs a 256-bit AVX instruction as two 128-bit halves"),
+    "znver2": (2, 256, "Zen 2"),
+    "znver3": (2, 256, "Zen 3"),
+    "znver4": (2, 256, "Zen 4 runs a 512-bit AVX-512 instruction as two 256-bit halves: one 512-bit FMA per "
+                       "cycle, as much as two 256-bit ones"),
+    "znver5": (2, 512, "Zen 5 desktop and server parts have full 512-bit datapaths; the mobile parts, also "
+                       "named znver5, keep 256-bit ones, half this"),
+}
+
+
+def fma_throughput(target: tvm.target.Target | str | None = None) -> FmaThroughput:
+    """FMA units per core and their width for the target's CPU (default: this machine's).
+
+    CPUs in ``FMA_BY_CPU`` get the table's figures. Any other CPU gets a documented fallback that
+    errs high, as a ceiling should: 2 FMA units as wide as its widest vector register if it has
+    FMA (true of Intel and AMD cores since 2013; some have 1, or run the widest instructions in
+    halves), otherwise 1 (a multiply and an add per cycle, which is one FMA's worth).
+    """
+    if isinstance(target, str):
+        target = tvm.target.Target({"kind": "llvm", "mcpu": target})
+    target = target or cpu_target()
+    cpu = str(target.attrs.get("mcpu", "generic"))
+    if cpu in FMA_BY_CPU:
+        units, bits, why = FMA_BY_CPU[cpu]
+        return FmaThroughput(cpu, units, bits, f"table: {why}")
+    bits = vector_width_bits(target)
+    if "fma" in cpu_features(target):
+        return FmaThroughput(cpu, 2, bits, f"not in the table: assumed 2 FMA units of the {bits}-bit registers, "
+                                           "an upper bound (some CPUs have 1, or split wide instructions)")
+    return FmaThroughput(cpu, 1, bits, f"not in the table, no FMA: assumed one {bits}-bit multiply and one add "
+                                       "per cycle, counted as 1 FMA unit")
 
 
 def cpu_ghz() -> float | None:

@@ -6,14 +6,28 @@ import numpy as np
 import pytest
 from tvm import s_tir
 
-from helpers import kernels
+from helpers import kernels, machine
 
 
 def test_peak_and_lanes():
-    assert kernels.peak_gflops(2, 2.5, 16) == 2 * 2.5 * 2 * 2 * 16
+    assert kernels.peak_gflops(2, 2.5, 16, 2) == 2 * 2.5 * 2 * 2 * 16
     assert kernels.float32_lanes() in (2, 4, 8, 16)
     with pytest.raises(ValueError, match="ghz"):
-        kernels.peak_gflops(1, 0.0, 8)
+        kernels.peak_gflops(1, 0.0, 8, 2)
+    with pytest.raises(ValueError, match="fma_units"):
+        kernels.peak_gflops(1, 1.0, 8, 0)
+
+
+def test_estimated_peak_uses_the_fma_table_and_physical_cores():
+    import tvm
+
+    zen4 = kernels.estimated_peak(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}), cores=2, ghz=3.0)
+    zen5 = kernels.estimated_peak(tvm.target.Target({"kind": "llvm", "mcpu": "znver5"}), cores=2, ghz=3.0)
+    assert zen4.gflops == 2 * 3.0 * 32 and zen5.gflops == 2 * 3.0 * 64  # Zen 4 halves 512-bit FMAs
+    assert "znver4" in zen4.explain() and "256-bit" in zen4.explain() and "reported by the OS" in zen4.explain()
+    here = kernels.estimated_peak()
+    assert here.cores == machine.physical_core_count() and here.fma.cpu == machine.cpu_name()
+    assert here.gflops > 0 and ("reported" in here.explain() or "assumed" in here.explain())
 
 
 def test_packing_round_trips_and_puts_channels_innermost():

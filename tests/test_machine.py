@@ -45,3 +45,65 @@ def test_describe_is_a_plain_record():
     assert record["cpu"] == machine.cpu_name() and record["cores"] == machine.core_count()
     assert record["tvm"] == tvm.__version__
     assert machine.cpu_name() in info.summary()
+
+
+@pytest.mark.parametrize(
+    "cpu, units, bits, flops_per_cycle",
+    [
+        ("znver4", 2, 256, 32),  # 512-bit instructions run as two 256-bit halves: no more than AVX2's 2 x 256
+        ("znver5", 2, 512, 64),  # full 512-bit datapaths
+        ("skylake-avx512", 2, 512, 64),
+        ("icelake-server", 2, 512, 64),
+        ("haswell", 2, 256, 32),
+        ("znver1", 2, 128, 16),
+    ],
+)
+def test_fma_throughput_comes_from_the_table(cpu, units, bits, flops_per_cycle):
+    fma = machine.fma_throughput(cpu)
+    assert (fma.cpu, fma.units, fma.width_bits, fma.flops_per_cycle) == (cpu, units, bits, flops_per_cycle)
+    assert fma.fp32_lanes == bits // 32
+    assert fma.source.startswith("table:") and cpu in fma.summary()
+
+
+def test_fma_throughput_falls_back_to_an_upper_bound_for_cpus_not_in_the_table():
+    assert "x86-64-v4" not in machine.FMA_BY_CPU and "sandybridge" not in machine.FMA_BY_CPU
+    fma = machine.fma_throughput(tvm.target.Target({"kind": "llvm", "mcpu": "x86-64-v4"}))
+    assert (fma.units, fma.width_bits) == (2, 512) and "upper bound" in fma.source
+    no_fma = machine.fma_throughput("sandybridge")  # AVX, no FMA: a multiply and an add per cycle
+    assert (no_fma.units, no_fma.width_bits) == (1, 256) and "no FMA" in no_fma.source
+
+
+def test_fma_throughput_of_this_machine_uses_its_cpu():
+    fma = machine.fma_throughput()
+    assert fma.cpu == machine.cpu_name()
+    assert fma.width_bits <= machine.vector_width_bits()
+
+
+def _topology(root, siblings: dict[int, str]):
+    for cpu, group in siblings.items():
+        (root / f"cpu{cpu}" / "topology").mkdir(parents=True)
+        (root / f"cpu{cpu}" / "topology" / "core_cpus_list").write_text(group + "\n")
+    return root
+
+
+def test_physical_cores_count_smt_siblings_once(tmp_path):
+    # 4 logical CPUs: cores {0, 2} and {1, 3}, two hyper-threads each
+    sysfs = _topology(tmp_path / "sys", {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    assert machine.physical_core_count({0, 1, 2, 3}, sysfs=sysfs, cpuinfo=tmp_path / "none") == 2
+    assert machine.physical_core_count({0, 2}, sysfs=sysfs, cpuinfo=tmp_path / "none") == 1  # one core, both threads
+    assert machine.physical_core_count({0, 1}, sysfs=sysfs, cpuinfo=tmp_path / "none") == 2
+
+
+def test_physical_cores_from_cpuinfo_when_sysfs_has_no_topology(tmp_path):
+    blocks = [f"processor\t: {cpu}\nphysical id\t: {pkg}\ncore id\t\t: {core}\n"
+              for cpu, (pkg, core) in enumerate([(0, 0), (0, 1), (0, 0), (0, 1), (1, 0)])]
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("\n".join(blocks))
+    assert machine.physical_core_count({0, 1, 2, 3, 4}, sysfs=tmp_path / "none", cpuinfo=cpuinfo) == 3
+    assert machine.physical_core_count({0, 2}, sysfs=tmp_path / "none", cpuinfo=cpuinfo) == 1
+    # neither source: every logical CPU counts
+    assert machine.physical_core_count({0, 1, 2}, sysfs=tmp_path / "none", cpuinfo=tmp_path / "none") == 3
+
+
+def test_physical_cores_of_this_process():
+    assert 1 <= machine.physical_core_count() <= machine.core_count()
