@@ -35,6 +35,13 @@ def _calls(mod: tvm.IRModule, function: str) -> list[relax.Call]:
     return found
 
 
+def calls(mod: tvm.IRModule, op: str, function: str = "main") -> list[relax.Call]:
+    """The calls of one Relax operator in ``function``, in order, named as ``op_histogram`` names
+    them (``"nn.conv2d"``; the ``relax.`` prefix is optional)."""
+    name = op if op.startswith("relax.") else "relax." + op
+    return [call for call in _calls(mod, function) if call.op.name == name]
+
+
 def op_histogram(mod: tvm.IRModule, function: str = "main") -> Counter:
     """How often each Relax operator is called in ``function`` (``relax.`` prefix dropped).
 

@@ -46,3 +46,11 @@ def test_a_group_of_one_operator_is_not_a_fusion():
     assert not ir.is_fused("fused_conv2d3")
     assert not ir.is_fused("conv2d_add")  # not named by FuseOps
     assert ir.op_type("fused_expand_dims_add") == "expand_dims"
+
+
+def test_calls_of_one_operator_take_the_histogram_names(tiny_imported):
+    convs = ir.calls(tiny_imported.mod, "nn.conv2d")
+    assert len(convs) == ir.op_histogram(tiny_imported.mod)["nn.conv2d"] == 1
+    assert convs[0].op.name == "relax.nn.conv2d"
+    assert [c.op.name for c in ir.calls(tiny_imported.mod, "relax.nn.relu")] == ["relax.nn.relu"]
+    assert ir.calls(tiny_imported.mod, "nn.softmax") == []
