@@ -10,7 +10,9 @@ A deployable TVM model is a folder:
 - ``run_model.py``: a loader that needs only TVM's *runtime* library, not the compiler.
 
 ``run_loader`` runs that loader in a fresh Python process (this environment's
-interpreter), with its output captured, and the loader writes ``output.npy``.
+interpreter), with its output captured, and the loader writes ``output.npy`` and
+``run.json`` (which process ran it, with which TVM libraries, and the SHA-256 of
+the output it wrote: what proves that a fresh process made ``output.npy``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ SPEC = "input_spec.json"
 LOADER = "run_model.py"
 INPUT = "input.npy"
 OUTPUT = "output.npy"
+RUN_RECORD = "run.json"  # the loader's note about its own run: process id, runtime only, SHA-256 of output.npy
 # The prefix TVM gives the exported symbol of every kernel in the shared library.
 KERNEL_SYMBOL_PREFIX = "__tvm_ffi_"
 
@@ -118,10 +121,14 @@ LOADER_SOURCE = '''\
 """Run an exported TVM model in this process: python run_model.py DIR
 
 Reads DIR/model.so, DIR/params.bin (if present), DIR/input_spec.json (if present)
-and DIR/input.npy; writes DIR/output.npy; prints one JSON line about the run.
+and DIR/input.npy; writes DIR/output.npy, and DIR/run.json about the run (this
+process's id, whether it loaded TVM's runtime only, the SHA-256 of output.npy),
+which it also prints as one JSON line.
 Set TVM_USE_RUNTIME_LIB=1 to load only TVM's runtime library (no compiler).
 """
+import hashlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -147,11 +154,15 @@ def run(directory: Path) -> dict:
         out = out[0]
     result = out.numpy()
     np.save(directory / "output.npy", result)
-    return {
+    info = {
         "output_shape": list(result.shape),
         "runtime_only": bool(tvm.base._RUNTIME_ONLY),
         "tvm_libraries": sorted(tvm.base._LOADED_LIBS),
+        "pid": os.getpid(),
+        "output_sha256": hashlib.sha256((directory / "output.npy").read_bytes()).hexdigest(),
     }
+    (directory / "run.json").write_text(json.dumps(info))
+    return info
 
 
 if __name__ == "__main__":
@@ -171,7 +182,7 @@ class LoaderRun:
     """One run of the loader in a fresh process."""
 
     command: list[str]
-    info: dict  # the loader's JSON line: output shape, runtime-only or not, TVM libraries loaded
+    info: dict  # the loader's JSON line (run.json): output shape, runtime-only or not, TVM libraries, pid, output SHA-256
     stderr: str = field(repr=False, default="")  # captured, never shown unless asked for
 
 

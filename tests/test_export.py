@@ -50,6 +50,16 @@ def test_fresh_process_output_is_bit_identical(artefact, tiny_compiled, tiny_inp
     assert np.array_equal(fresh, tiny_compiled(tiny_input))
 
 
+def test_the_loader_records_which_process_wrote_the_output(artefact):
+    import hashlib
+
+    run = export.run_loader(artefact)
+    record = json.loads((artefact / export.RUN_RECORD).read_text())
+    assert record == run.info
+    assert record["pid"] != os.getpid(), "the loader ran in a process of its own"
+    assert record["output_sha256"] == hashlib.sha256((artefact / export.OUTPUT).read_bytes()).hexdigest()
+
+
 def test_loader_refuses_an_input_of_the_wrong_shape(artefact, tmp_path):
     for name in (export.LIBRARY, export.PARAMS, export.SPEC):
         (tmp_path / name).write_bytes((artefact / name).read_bytes())
