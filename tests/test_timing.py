@@ -20,7 +20,7 @@ def test_measure_reports_median_and_spread_per_backend():
 
     results = timing.measure({"fast": fast, "slow": slow}, batch=8, warmup=2, repeats=7)
     by = {t.label: t for t in results}
-    assert calls == {"fast": 9, "slow": 9}  # warm-up + repeats
+    assert calls == {"fast": 2 + 7 * 2, "slow": 2 + 7 * 2}  # warm-up + repeats, each after a settling call
     assert len(by["fast"].times_ms) == 7
     assert by["slow"].median_ms > by["fast"].median_ms * 2  # a ratio measured in one run
     assert by["fast"].q1_ms <= by["fast"].median_ms <= by["fast"].q3_ms
@@ -31,7 +31,26 @@ def test_measure_reports_median_and_spread_per_backend():
 def test_sync_runs_after_every_call():
     log = []
     timing.measure({"a": lambda: log.append("call")}, warmup=1, repeats=3, sync=lambda: log.append("sync"))
-    assert log == ["call", "sync"] * 4
+    assert log == ["call", "sync"] * (1 + 3 * 2)  # warm-up, then a settling call before each timed one
+
+
+def test_each_timed_call_follows_a_call_of_the_same_backend_unless_calls_are_long():
+    log = []
+
+    def backend(name, seconds=0.0):
+        def run():
+            log.append(name)
+            time.sleep(seconds)
+        return run
+
+    timing.measure({"a": backend("a"), "b": backend("b")}, warmup=1, repeats=2)
+    assert log == ["a", "b"] + ["a", "a", "b", "b"] * 2
+    log.clear()
+    timing.measure({"a": backend("a"), "b": backend("b")}, warmup=1, repeats=2, settle=False)
+    assert log == ["a", "b"] + ["a", "b"] * 2
+    log.clear()
+    timing.measure({"a": backend("a"), "slow": backend("slow", timing.SETTLE_LIMIT_S + 0.05)}, warmup=1, repeats=2)
+    assert log == ["a", "slow"] + ["a", "a", "slow"] * 2  # a slow call needs no settling
 
 
 def test_zero_repeats_is_an_error():
