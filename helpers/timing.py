@@ -96,9 +96,9 @@ def measure(
 
     ``sync`` is called after every call (e.g. ``torch.cuda.synchronize`` or a TVM
     device's ``sync``) so that asynchronous GPU work is inside the measured time.
-    With ``settle``, each timed call of a backend whose calls take under
-    ``SETTLE_LIMIT_S`` follows one untimed call of the same backend (see the
-    module's docstring for why).
+    With ``settle`` and more than one backend, each timed call of a backend whose
+    calls take under ``SETTLE_LIMIT_S`` follows one untimed call of the same
+    backend (see the module's docstring for why).
     """
     warmup = pick(3, 1) if warmup is None else warmup
     repeats = pick(20, 5) if repeats is None else repeats
@@ -112,20 +112,21 @@ def measure(
         sync()
         return time.perf_counter() - start
 
-    slow = set()
+    # With one backend, each call already follows a call of its own: nothing to settle.
+    unsettled = set() if settle and len(backends) > 1 else set(backends)
     for name, fn in backends.items():
         for _ in range(warmup):
             if call(fn) > SETTLE_LIMIT_S:
-                slow.add(name)
+                unsettled.add(name)
     times: dict[str, list[float]] = {name: [] for name in backends}
     for _ in range(repeats):
         for name, fn in backends.items():
-            if settle and name not in slow:
+            if name not in unsettled:
                 call(fn)
             seconds = call(fn)
             times[name].append(seconds * 1000.0)
             if seconds > SETTLE_LIMIT_S:
-                slow.add(name)
+                unsettled.add(name)
     return [Timing(name, batch, t) for name, t in times.items()]
 
 

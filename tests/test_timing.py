@@ -31,7 +31,7 @@ def test_measure_reports_median_and_spread_per_backend():
 def test_sync_runs_after_every_call():
     log = []
     timing.measure({"a": lambda: log.append("call")}, warmup=1, repeats=3, sync=lambda: log.append("sync"))
-    assert log == ["call", "sync"] * (1 + 3 * 2)  # warm-up, then a settling call before each timed one
+    assert log == ["call", "sync"] * 4  # one backend: each call already follows one of its own, no settling
 
 
 def test_each_timed_call_follows_a_call_of_the_same_backend_unless_calls_are_long():
