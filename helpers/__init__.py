@@ -13,14 +13,5 @@ import os
 # kernel on 2 cores, and a pinned TVM worker stalls on a core another program keeps busy. The
 # course runs both libraries side by side, so pinning is off unless the learner sets it.
 os.environ.setdefault("TVM_BIND_THREADS", "0")
-# TVM's pool defaults to half the logical CPUs on x86 (it assumes two hardware threads per core):
-# one thread on a 2-core machine without SMT, where PyTorch uses both cores. A comparison must give
-# both libraries the same threads, so TVM's pool gets as many as PyTorch's intra-op pool, unless the
-# learner sets TVM_NUM_THREADS (Day 4 shows what threads do). It must be set before TVM's first
-# parallel call.
-if "TVM_NUM_THREADS" not in os.environ:
-    import torch
-
-    os.environ["TVM_NUM_THREADS"] = str(torch.get_num_threads())
 
 __version__ = "0.1.0"

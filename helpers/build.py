@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +13,14 @@ from tvm import relax
 from .errors import InputShapeError, ParityError
 from .machine import cpu_target, require_gpu
 from .models import ImportedModel
+
+# TVM's pool defaults to half the logical CPUs on x86 (it assumes two hardware threads per core):
+# one thread on a 2-core machine without SMT, where PyTorch uses both cores. A comparison must give
+# both libraries the same threads, so TVM's pool gets as many as PyTorch's intra-op pool, unless the
+# learner sets TVM_NUM_THREADS (Day 4 shows what threads do). It is set here, where models are
+# built and run (every helper that runs TVM code imports this module), before TVM's first
+# parallel call; helpers that never run a kernel (grading) do not pay for importing torch.
+os.environ.setdefault("TVM_NUM_THREADS", str(torch.get_num_threads()))
 
 
 def fusion_passes(target: tvm.target.Target | None = None) -> list[tvm.transform.Pass]:

@@ -25,7 +25,7 @@ import argparse
 import re
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import tvm
@@ -184,7 +184,7 @@ def choose(
             why = f"the largest budget of {len(ranked)} candidates (also found: {others})"
         if budget is not None:
             why += f", at the budget asked for ({budget:g} trials/task)"
-        return _with(best, reason=why)
+        return replace(best, reason=why)
     if not tune_if_missing:
         wanted = "" if budget is None else f" tuned with {budget:g} trials per task"
         searched = ", ".join(str(root) for _, root in (places if places is not None else roots()))
@@ -198,11 +198,7 @@ def choose(
     )
     origin = TEST_RUN if config.quick() else YOURS
     tuned = _describe(path, origin, target)
-    return _with(tuned, reason="no database existed for this model, so one was tuned now", tuned_now=True)
-
-
-def _with(db: Database, **changes) -> Database:
-    return Database(**{**db.__dict__, **changes})
+    return replace(tuned, reason="no database existed for this model, so one was tuned now", tuned_now=True)
 
 
 # ------------------------------------------------------------------ list / remove
