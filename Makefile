@@ -44,8 +44,9 @@ lab: env
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_ROOT) $(AS_ROOT) $(LAB_ARGS)
 
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
+# Two phases (tests/run_suite.py): what times nothing on two workers, then the timed tests alone.
 test: env browser
-	TVM_COURSE_QUICK=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)
 
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
 benchmark: env

@@ -71,3 +71,4 @@ def retarget():
             (dst_dir / settings.name).write_text(settings.read_text())
 
     return copy
+

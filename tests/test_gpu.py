@@ -48,6 +48,7 @@ def test_cuda_source_of_a_build_without_a_gpu(tiny_imported, cuda):
         gpu.cuda_source(cpu_only)
 
 
+@pytest.mark.timed
 def test_simulated_gpu_returns_before_the_work_and_sync_waits_for_it():
     with gpu.SimulatedGPU(work_ms=30, first_launch_ms=50) as device:
         start = time.perf_counter()

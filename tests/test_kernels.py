@@ -44,6 +44,7 @@ def test_packing_round_trips_and_puts_channels_innermost():
         kernels.PointwiseShape(0, 8, 2, 2)
 
 
+@pytest.mark.timed
 def test_naive_and_scheduled_kernels_match_pytorch_and_the_schedule_is_faster():
     shape = kernels.PointwiseShape(96, 64, 7, 7)
     problem = kernels.PointwiseProblem.make(shape)
