@@ -7,6 +7,7 @@ already checks that the solutions score full marks.
 """
 
 import json
+import linecache
 import os
 import runpy
 import shutil
@@ -20,7 +21,7 @@ import pytest
 import torch
 import tvm
 
-from helpers import build, export, gpu, grading, models, timing
+from helpers import build, export, gpu, grading, ir, machine, models, profiling, timing
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
 
@@ -113,4 +114,106 @@ def test_day06_hidden_tests_alone_catch_an_in_process_output():
     exec(visible, namespace)  # the right answer passes the visible tests and defines their checks
     namespace["export_and_reload"] = _in_process_output
     with pytest.raises(AssertionError, match="did not run during this call"):
+        exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 2: a pass folding chains of constants
+
+def _exec_with_source(source: str, namespace: dict, name: str) -> None:
+    """exec() with the source visible to ``inspect``, as in a notebook: TVMScript's parser reads it."""
+    filename = f"<{name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+def _day02_namespace() -> dict:
+    return dict(np=np, torch=torch, tvm=tvm, relax=tvm.relax, build=build, ir=ir, models=models,
+                target=machine.cpu_target())
+
+
+def _day02_pass_with(old: str, new: str) -> str:
+    """The model answer with one deliberate mistake."""
+    source = _cell("day02_optimize", "fold_constant_chains")
+    assert old in source, f"the model answer changed: {old!r} is gone"
+    return source.replace(old, new)
+
+
+DAY02_PASSES_ONLY_HIDDEN_TESTS_CATCH = {
+    # a + x is missed: only a constant on the right is seen (torch.export puts constants on the right)
+    "constant on the right only": (
+        "if isinstance(lhs, tvm.ir.Constant) and not isinstance(rhs, tvm.ir.Constant):", "if False:"),
+    # helper functions are left alone
+    "main only": ("if isinstance(func, relax.Function):\n            folder", 'if gv.name_hint == "main":\n            folder'),
+}
+
+
+def test_day02_solution_passes_visible_and_hidden_tests():
+    namespace = _day02_namespace()
+    exec(_cell("day02_optimize", "fold_constant_chains"), namespace)
+    _exec_with_source(_cell("day02_optimize", "test_fold_constant_chains"), namespace, "day02-tests")
+
+
+def test_day02_tests_catch_a_pass_that_mixes_add_and_multiply():
+    namespace = _day02_namespace()
+    exec(_day02_pass_with("inner.op.same_as(call.op)", "inner.op.name in combine"), namespace)  # (x + a) * b as (x * a) * b
+    with pytest.raises(AssertionError, match="compute what the original did|should become one"):
+        _exec_with_source(_cell("day02_optimize", "test_fold_constant_chains"), namespace, "day02-tests")
+
+
+@pytest.mark.parametrize("mistake", DAY02_PASSES_ONLY_HIDDEN_TESTS_CATCH)
+def test_day02_hidden_tests_catch_a_pass_that_misses_chains(mistake):
+    visible, hidden = _parts("day02_optimize", "test_fold_constant_chains")
+    namespace = _day02_namespace()
+    exec(_day02_pass_with(*DAY02_PASSES_ONLY_HIDDEN_TESTS_CATCH[mistake]), namespace)
+    _exec_with_source(visible, namespace, "day02-visible")  # the visible test (a model from torch.export) cannot tell
+    with pytest.raises(AssertionError, match="one add|must fold too"):
+        _exec_with_source(hidden, namespace, "day02-hidden")
+
+
+# ---------------------------------------------------------------- Day 5: an instrument hook of one's own
+
+def _kernels_seen_once(compiled, x):
+    """Records each kernel the hook sees, but not how often: right only where every kernel runs once."""
+    seen = {}
+
+    def hook(func, name, before_run, ret_value, *args):
+        if before_run and not name.startswith(profiling.BUILTIN_PREFIX):
+            seen[name] = 1
+        return 0
+
+    compiled.vm.set_instrument(hook)
+    try:
+        compiled(x)
+    finally:
+        compiled.vm.set_instrument(None)
+    return seen
+
+
+def _day05_namespace(**extra) -> dict:
+    small = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    x_small = torch.randn(1, 3, 16, 16)
+    names = dict(torch=torch, build=build, models=models, profiling=profiling, x_small=x_small,
+                 small_compiled=build.compile_model(models.import_to_relax(small, x_small)))
+    return names | extra
+
+
+def test_day05_solution_passes_visible_and_hidden_tests():
+    namespace = _day05_namespace()
+    exec(_cell("day05_profile", "kernel_calls"), namespace)
+    exec(_cell("day05_profile", "test_kernel_calls"), namespace)
+
+
+def test_day05_visible_tests_catch_a_hook_left_installed():
+    source = _cell("day05_profile", "kernel_calls").replace("compiled.vm.set_instrument(None)", "pass")
+    namespace = _day05_namespace()
+    exec(source, namespace)
+    with pytest.raises(AssertionError, match="remove it afterwards"):
+        exec(_cell("day05_profile", "test_kernel_calls"), namespace)
+
+
+def test_day05_hidden_tests_alone_catch_counts_that_ignore_repeated_calls():
+    visible, hidden = _parts("day05_profile", "test_kernel_calls")
+    namespace = _day05_namespace(kernel_calls=_kernels_seen_once)
+    exec(visible, namespace)  # every kernel of the small network runs once
+    with pytest.raises(AssertionError, match="expected"):
         exec(hidden, namespace)
