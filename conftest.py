@@ -20,6 +20,7 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timed)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not loaded (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
     """pytest-xdist's per-file scheduling (``--dist loadscope``), except for INDEPENDENT_TESTS."""
     from xdist.scheduler import LoadScopeScheduling
