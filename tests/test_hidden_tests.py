@@ -15,8 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import nbformat
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import tvm
@@ -217,3 +219,53 @@ def test_day05_hidden_tests_alone_catch_counts_that_ignore_repeated_calls():
     exec(visible, namespace)  # every kernel of the small network runs once
     with pytest.raises(AssertionError, match="expected"):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 11: the speedup chart, drawn any sensible way
+
+def _horizontal_speedups(table, title="Tuned TVM over eager PyTorch"):
+    """A right answer drawn differently: horizontal bars with labels, a legend and a grid."""
+    fig, ax = plt.subplots()
+    bars = ax.barh(table.model, table.speedup, label="speedup")
+    ax.bar_label(bars, fmt="%.1fx")
+    ax.axvline(1.0, color="black", linestyle=":", label="parity")
+    ax.legend()
+    ax.grid(True)
+    ax.set_xlabel("speedup")
+    fig.suptitle(title)
+    return fig
+
+
+def _ascending_speedups(table, title="t"):
+    """Wrong: the bars in ascending order, not the table's."""
+    fig, ax = plt.subplots()
+    ordered = table.sort_values("speedup")
+    ax.bar(ordered.model, ordered.speedup)
+    ax.axhline(1.0)
+    ax.set_ylabel("speedup")
+    ax.set_title(title)
+    return fig
+
+
+def _without_parity(table, title="t"):
+    fig, ax = plt.subplots()
+    ax.bar(table.model, table.speedup)
+    ax.set_ylabel("speedup")
+    ax.set_title(title)
+    return fig
+
+
+def _day11_namespace(plot) -> dict:
+    table = pd.DataFrame({"model": ["m1", "m2", "m3"], "baseline_ms": [2.0, 3.0, 1.0],
+                          "candidate_ms": [1.0, 2.0, 2.0], "speedup": [2.0, 1.5, 0.5]})
+    return dict(plt=plt, pd=pd, zoo_table=table, plot_speedups_by_model=plot)
+
+
+def test_day11_plot_test_passes_a_right_chart_drawn_differently():
+    exec(_cell("day11_capstone", "test_plot_speedups_by_model"), _day11_namespace(_horizontal_speedups))
+
+
+@pytest.mark.parametrize("wrong, message", [(_ascending_speedups, "in the table's order"), (_without_parity, "line at 1")])
+def test_day11_plot_test_catches_a_wrong_chart(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        exec(_cell("day11_capstone", "test_plot_speedups_by_model"), _day11_namespace(wrong))
