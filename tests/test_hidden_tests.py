@@ -269,3 +269,24 @@ def test_day11_plot_test_passes_a_right_chart_drawn_differently():
 def test_day11_plot_test_catches_a_wrong_chart(wrong, message):
     with pytest.raises(AssertionError, match=message):
         exec(_cell("day11_capstone", "test_plot_speedups_by_model"), _day11_namespace(wrong))
+
+
+# ---------------------------------------------------------------- Day 4: is a difference bigger than the noise?
+
+def _medians_only(baseline, candidate):
+    """Wrong: a lower median is not enough when the spreads overlap."""
+    return candidate.median_ms < baseline.median_ms
+
+
+def test_day04_solution_passes_visible_and_hidden_tests():
+    namespace = {"timing": timing}
+    exec(_cell("day04_benchmark", "clearly_faster"), namespace)
+    exec(_cell("day04_benchmark", "test_clearly_faster"), namespace)
+
+
+def test_day04_hidden_tests_alone_catch_a_comparison_of_medians():
+    visible, hidden = _parts("day04_benchmark", "test_clearly_faster")
+    namespace = {"timing": timing, "clearly_faster": _medians_only}
+    exec(visible, namespace)  # the visible cases are far apart: medians agree with the quartiles there
+    with pytest.raises(AssertionError, match="too close to call"):
+        exec(hidden, namespace)
