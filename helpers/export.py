@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -252,6 +253,29 @@ def library_contents(path: str | Path) -> LibraryContents:
             if kind == "T" and name.startswith(KERNEL_SYMBOL_PREFIX):
                 kernels.append(name.removeprefix(KERNEL_SYMBOL_PREFIX))
     return LibraryContents(sorted(kernels), code, blob, path.stat().st_size)
+
+
+VECTOR_REGISTER = re.compile(r"%([xyz]mm)\d+\b")
+
+
+def vector_registers(path: str | Path) -> dict[str, int]:
+    """How often the library's machine code names SIMD registers: ``xmm`` (128-bit, SSE), ``ymm``
+    (256-bit, AVX/AVX2) and ``zmm`` (512-bit, AVX-512), from ``objdump -d`` (binutils).
+
+    A library that names ``zmm`` registers runs only on CPUs with AVX-512: on others it stops with
+    an illegal instruction. Build for the CPUs you ship to (Day 6, Exercise 2).
+    """
+    objdump = shutil.which("objdump")
+    if objdump is None:
+        raise CourseError("`objdump` (binutils) is not installed: it comes with the C++ compiler (apt install binutils).")
+    path = Path(path)
+    if not path.exists():
+        raise CourseError(f"No library at {path}: export it first with executable.export_library(path).")
+    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True).stdout
+    counts = {"xmm": 0, "ymm": 0, "zmm": 0}
+    for name in VECTOR_REGISTER.findall(out):
+        counts[name] += 1
+    return counts
 
 
 def runtime_files() -> dict[str, int]:

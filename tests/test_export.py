@@ -107,3 +107,17 @@ def test_file_sizes_and_runtime_files(artefact):
     libs = export.runtime_files()
     assert {"libtvm_runtime.so", "libtvm_ffi.so"} <= set(libs)
     assert libs["libtvm_runtime.so"] < libs.get("libtvm_compiler.so", float("inf"))
+
+
+def test_vector_registers_read_the_instruction_set_a_library_needs(tiny_imported, tmp_path):
+    counts = {}
+    for mcpu in ("x86-64-v2", "x86-64-v3"):
+        target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
+        path = tmp_path / f"{mcpu}.so"
+        with export.capture_stderr():
+            tvm.compile(tiny_imported.mod, target=target, relax_pipeline="default").export_library(str(path))
+        counts[mcpu] = export.vector_registers(path)
+    assert counts["x86-64-v2"]["xmm"] > 0 and counts["x86-64-v2"]["ymm"] == counts["x86-64-v2"]["zmm"] == 0  # SSE only
+    assert counts["x86-64-v3"]["ymm"] > 0 and counts["x86-64-v3"]["zmm"] == 0  # AVX2, no AVX-512
+    with pytest.raises(CourseError, match="export it first"):
+        export.vector_registers(tmp_path / "missing.so")

@@ -290,3 +290,26 @@ def test_day04_hidden_tests_alone_catch_a_comparison_of_medians():
     exec(visible, namespace)  # the visible cases are far apart: medians agree with the quartiles there
     with pytest.raises(AssertionError, match="too close to call"):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 6: an artefact for CPUs other than yours
+
+def _export_for_this_cpu(imported, folder, mcpu):
+    """Wrong: ignores mcpu and builds for this machine's CPU."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with export.capture_stderr():
+        build.compile_model(imported).executable.export_library(str(folder / "model.so"))
+    return folder / "model.so"
+
+
+def test_day06_portable_export_solution_passes_visible_and_hidden_tests():
+    namespace = _day06_namespace(relax=tvm.relax, machine=machine)
+    exec(_cell("day06_export", "export_for_cpu"), namespace)
+    exec(_cell("day06_export", "test_export_for_cpu"), namespace)
+
+
+def test_day06_an_export_for_this_cpu_is_caught():
+    namespace = _day06_namespace(relax=tvm.relax, machine=machine, export_for_cpu=_export_for_this_cpu)
+    with pytest.raises(AssertionError, match="built for this CPU"):
+        exec(_cell("day06_export", "test_export_for_cpu"), namespace)
