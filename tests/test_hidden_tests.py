@@ -313,3 +313,60 @@ def test_day06_an_export_for_this_cpu_is_caught():
     namespace = _day06_namespace(relax=tvm.relax, machine=machine, export_for_cpu=_export_for_this_cpu)
     with pytest.raises(AssertionError, match="built for this CPU"):
         exec(_cell("day06_export", "test_export_for_cpu"), namespace)
+
+
+# ---------------------------------------------------------------- Day 10: a torch.compile backend of one's own
+
+def _ops_of_the_first_input_only(model, *inputs):
+    """Wrong: calls the model on its first input only, right for every one-input model."""
+    histograms = []
+
+    def backend(gm, example_inputs):
+        mod, _ = models.to_relax(torch.export.export(gm, tuple(example_inputs)))
+        histograms.append(dict(ir.op_histogram(mod)))
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend, dynamic=False)(inputs[0])
+    return histograms
+
+
+def _day10_namespace(**extra) -> dict:
+    from helpers import dynamo
+
+    class Small(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.fc = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.bn(self.conv(x))).mean(dim=(2, 3)))
+
+    class Gated(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encode, self.head = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            h = self.encode(x)
+            h = torch.relu(h) * 2 if h.mean() > 0 else torch.sigmoid(h)
+            return self.head(h)
+
+    names = dict(torch=torch, ir=ir, models=models, dynamo=dynamo, small=Small().eval(), small_x=torch.randn(1, 3, 8, 8),
+                 gated=Gated().eval(), gx=torch.randn(4, 16))
+    return names | extra
+
+
+def test_day10_solution_passes_visible_and_hidden_tests():
+    namespace = _day10_namespace()
+    exec(_cell("day10_torch_compile", "relax_ops_per_graph"), namespace)
+    exec(_cell("day10_torch_compile", "test_relax_ops_per_graph"), namespace)
+
+
+def test_day10_hidden_tests_alone_catch_a_backend_run_on_the_first_input_only():
+    visible, hidden = _parts("day10_torch_compile", "test_relax_ops_per_graph")
+    namespace = _day10_namespace(relax_ops_per_graph=_ops_of_the_first_input_only)
+    exec(visible, namespace)  # both visible models take one input
+    with pytest.raises(TypeError, match="argument"):
+        exec(hidden, namespace)
