@@ -231,15 +231,20 @@ class LibraryContents:
     file_bytes: int
 
 
-def library_contents(path: str | Path) -> LibraryContents:
-    """Read a library from ``export_library`` with ``nm`` (binutils, installed with the C++ compiler)."""
-    nm = shutil.which("nm")
-    if nm is None:
-        raise CourseError("`nm` (binutils) is not installed: it comes with the C++ compiler (apt install binutils).")
-    path = Path(path)
+def _binutils(tool: str, *options: str, path: Path) -> str:
+    """The output of a binutils tool (installed with the C++ compiler) on an exported library."""
+    found = shutil.which(tool)
+    if found is None:
+        raise CourseError(f"`{tool}` (binutils) is not installed: it comes with the C++ compiler (apt install binutils).")
     if not path.exists():
         raise CourseError(f"No library at {path}: export it first with executable.export_library(path).")
-    out = subprocess.run([nm, "-S", "--defined-only", str(path)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([found, *options, str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def library_contents(path: str | Path) -> LibraryContents:
+    """Read a library from ``export_library`` with ``nm`` (binutils, installed with the C++ compiler)."""
+    path = Path(path)
+    out = _binutils("nm", "-S", "--defined-only", path=path)
     kernels, code, blob = [], 0, 0
     for line in out.splitlines():
         parts = line.split()
@@ -265,13 +270,7 @@ def vector_registers(path: str | Path) -> dict[str, int]:
     A library that names ``zmm`` registers runs only on CPUs with AVX-512: on others it stops with
     an illegal instruction. Build for the CPUs you ship to (Day 6, Exercise 2).
     """
-    objdump = shutil.which("objdump")
-    if objdump is None:
-        raise CourseError("`objdump` (binutils) is not installed: it comes with the C++ compiler (apt install binutils).")
-    path = Path(path)
-    if not path.exists():
-        raise CourseError(f"No library at {path}: export it first with executable.export_library(path).")
-    out = subprocess.run([objdump, "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True, check=True).stdout
+    out = _binutils("objdump", "-d", "--no-show-raw-insn", path=Path(path))
     counts = {"xmm": 0, "ymm": 0, "zmm": 0}
     for name in VECTOR_REGISTER.findall(out):
         counts[name] += 1
