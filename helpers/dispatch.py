@@ -1,0 +1,322 @@
+"""Dispatch matched operators to a library: PyTorch's oneDNN convolutions, called from TVM.
+
+The PyPI wheel of TVM 0.27 has no BYOC library compiled in (no DNNL, cuBLAS,
+CUTLASS). What BYOC does underneath is still there: ``relax.call_dps_packed``
+calls any function registered in the process by name, passing TVM tensors and
+the output buffer it must write ("destination-passing style"). Here those
+functions run PyTorch's ``conv2d`` (oneDNN on x86) on zero-copy views made with
+``torch.from_dlpack``, with BatchNorm folded into the weights and the
+bias/residual/activation that follows applied into the output buffer.
+
+A module compiled with these calls needs the functions registered in the
+process that runs it, also after ``export_library`` and loading elsewhere:
+``register()`` (or importing this module) does it. Importing this module is
+all a loader needs (``python -c "import helpers.dispatch"`` plus its own code).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tvm
+import tvm_ffi
+from tvm import relax
+from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
+
+from .build import CompiledModel, load_executable
+from .errors import CourseError
+from .machine import cpu_target
+from .models import ImportedModel
+
+PREFIX = "course.torch."
+ACTIVATIONS = ("", "relu", "relu6")
+
+
+def function_name(bias: bool = False, add: bool = False, activation: str = "") -> str:
+    """The registered name of one variant: ``course.torch.conv2d_bias_add_relu``.
+
+    Arguments of the variant, in order: data, weight, [bias], [residual], attrs
+    (a shape: stride h/w, padding h/w, dilation h/w), then the output.
+    """
+    if activation not in ACTIVATIONS:
+        raise CourseError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
+    parts = ["conv2d"] + ["bias"] * bias + ["add"] * add + [activation] * bool(activation)
+    return PREFIX + "_".join(parts)
+
+
+def _variant(bias: bool, add: bool, activation: str) -> Callable:
+    conv2d = torch.nn.functional.conv2d
+
+    def run(*args) -> None:
+        tensors = [torch.from_dlpack(a) for a in args[:-2]]  # zero-copy views of TVM's buffers
+        attrs, out = list(args[-2]), torch.from_dlpack(args[-1])
+        data, weight = tensors[0], tensors[1]
+        b = tensors[2] if bias else None
+        y = conv2d(data, weight, b, attrs[0:2], attrs[2:4], attrs[4:6])
+        if y.shape != out.shape:
+            raise CourseError(
+                f"{function_name(bias, add, activation)}: the convolution gives shape {tuple(y.shape)} with attrs "
+                f"(stride, padding, dilation) {attrs}, but the output buffer has shape {tuple(out.shape)}. "
+                "Pass the convolution's own attributes (dispatch.conv_attrs) and its output type."
+            )
+        if add:
+            torch.add(y, tensors[-1], out=out)
+            y = out
+        if activation == "relu":
+            torch.clamp_min(y, 0.0, out=out)
+        elif activation == "relu6":
+            torch.clamp(y, 0.0, 6.0, out=out)
+        elif not add:
+            out.copy_(y)
+
+    return run
+
+
+def variants() -> list[tuple[bool, bool, str]]:
+    """Every (bias, add, activation) combination the library side provides."""
+    return [(b, a, act) for b in (False, True) for a in (False, True) for act in ACTIVATIONS]
+
+
+def register() -> list[str]:
+    """Register every variant as a global function of this process; return their names.
+
+    Idempotent. Must run in any process that calls a module built with ``offload_convs``.
+    """
+    names = []
+    for bias, add, act in variants():
+        name = function_name(bias, add, act)
+        tvm_ffi.register_global_func(name, _variant(bias, add, act), override=True)
+        names.append(name)
+    return names
+
+
+def is_registered(name: str = function_name()) -> bool:
+    """True when ``name`` is a global function in this process (what a dispatched module needs)."""
+    return tvm_ffi.get_global_func(name, allow_missing=True) is not None
+
+
+register()
+
+
+# ------------------------------------------------------------------ the rewrite
+
+
+def conv_attrs(conv: relax.Call) -> relax.ShapeExpr | None:
+    """Stride, padding and dilation of a dense NCHW float32 conv2d as one shape; None when not dense.
+
+    None for grouped or depthwise convolutions, other layouts, and asymmetric padding
+    (PyTorch pads both sides alike), which stay in TVM.
+    """
+    a = conv.attrs
+    if int(a.groups) != 1 or a.data_layout != "NCHW" or a.kernel_layout != "OIHW" or a.out_layout != "NCHW":
+        return None
+    if conv.ty.dtype != "float32":
+        return None
+    top, left, bottom, right = (int(p) for p in a.padding)
+    if (top, left) != (bottom, right):
+        return None
+    return relax.ShapeExpr([*(int(s) for s in a.strides), top, left, *(int(d) for d in a.dilation)])
+
+
+def _fold_batch_norm(w: relax.Expr, bn: relax.Call) -> tuple[relax.Expr, relax.Expr] | None:
+    """(weight, bias) of the convolution with the BatchNorm folded in, as Relax arithmetic on the weights.
+
+    The arithmetic depends on weights only: ``LiftTransformParams`` moves it out of
+    ``main``, so it runs once when the model is loaded, not on every call.
+    """
+    a = bn.attrs
+    if int(a.axis) != 1 or not (a.center and a.scale):
+        return None
+    _, gamma, beta, mean, var = bn.args
+    eps = relax.const(float(a.epsilon), "float32")
+    scale = relax.op.divide(gamma, relax.op.sqrt(relax.op.add(var, eps)))
+    # relax.op.reshape wants its input's type, which a new, not yet normalized call lacks:
+    # the Call is built directly, and rewrite_call binds and types the whole expression.
+    per_channel = relax.Call(tvm.ir.Op.get("relax.reshape"), [scale, relax.ShapeExpr([int(w.ty.shape[0]), 1, 1, 1])])
+    weight = relax.op.multiply(w, per_channel)
+    bias = relax.op.subtract(beta, relax.op.multiply(mean, scale))
+    return weight, bias
+
+
+@dataclass(frozen=True)
+class _Rule:
+    bn: bool
+    add: bool
+    activation: str
+
+
+def _rules(fold_bn: bool, fuse_epilogue: bool) -> list[_Rule]:
+    """Most specific first: a later rule must not take a piece of an earlier rule's match."""
+    if not fold_bn:
+        return [_Rule(False, False, "")]
+    if not fuse_epilogue:
+        return [_Rule(True, False, ""), _Rule(False, False, "")]
+    return [_Rule(True, True, "relu"), _Rule(True, False, "relu"), _Rule(True, False, "relu6"),
+            _Rule(True, True, ""), _Rule(True, False, ""), _Rule(False, False, "relu"), _Rule(False, False, "")]
+
+
+def _pattern(rule: _Rule):
+    data, weight = wildcard(), wildcard()
+    conv = is_op("relax.nn.conv2d")(data, weight)
+    pieces = dict(data=data, weight=weight, conv=conv)
+    top = conv
+    if rule.bn:
+        bn = is_op("relax.nn.batch_norm")(conv, wildcard(), wildcard(), wildcard(), wildcard())
+        top = is_tuple_get_item(bn, 0)
+        pieces["bn"] = bn
+    if rule.add:
+        residual = wildcard()
+        top = is_op("relax.add")(top, residual) | is_op("relax.add")(residual, top)
+        pieces["residual"] = residual
+    if rule.activation == "relu":
+        top = is_op("relax.nn.relu")(top)
+    elif rule.activation == "relu6":
+        top = is_op("relax.clip")(top, wildcard(), wildcard())
+    return top, pieces
+
+
+def _is_relu6(clip: relax.Call) -> bool:
+    try:
+        return float(clip.args[1].value) == 0.0 and float(clip.args[2].value) == 6.0
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def _rewriter(rule: _Rule, pieces: dict) -> Callable:
+    def rewrite(expr: relax.Call, matches: dict) -> relax.Expr:
+        conv = matches[pieces["conv"]]
+        attrs = conv_attrs(conv)
+        if attrs is None or (rule.activation == "relu6" and not _is_relu6(expr)):
+            return expr
+        args = [matches[pieces["data"]], matches[pieces["weight"]]]
+        if rule.bn:
+            folded = _fold_batch_norm(args[1], matches[pieces["bn"]])
+            if folded is None:
+                return expr
+            args = [args[0], *folded]
+        if rule.add:
+            residual = matches[pieces["residual"]]
+            if [int(d) for d in residual.ty.shape] != [int(d) for d in conv.ty.shape]:
+                return expr
+            args.append(residual)
+        name = function_name(rule.bn, rule.add, rule.activation)
+        out = relax.TensorType(conv.ty.shape, conv.ty.dtype)
+        return relax.call_dps_packed(name, relax.Tuple([*args, attrs]), out_ty=out)
+
+    return rewrite
+
+
+def offload_convs(mod: tvm.IRModule, fold_bn: bool = True, fuse_epilogue: bool = True,
+                  function: str = "main") -> tvm.IRModule:
+    """``mod`` with its dense conv2d calls dispatched to the registered PyTorch (oneDNN) functions.
+
+    With ``fold_bn`` a following inference BatchNorm is folded into the weight and
+    bias (weights-only arithmetic, lifted out of ``main`` at build time); with
+    ``fuse_epilogue`` a following residual add and ReLU/ReLU6 run inside the same
+    call, into its output buffer. Depthwise and grouped convolutions stay in TVM.
+    """
+    if function not in [gv.name_hint for gv in mod.functions]:
+        raise CourseError(f"The module has no function {function!r}; it has "
+                          f"{sorted(gv.name_hint for gv in mod.functions)}.")
+    func = mod[function]
+    for rule in _rules(fold_bn, fuse_epilogue):
+        pattern, pieces = _pattern(rule)
+        func = rewrite_call(pattern, _rewriter(rule, pieces), func)
+    out = mod.clone()
+    out[function] = func
+    return relax.transform.DeadCodeElimination()(out)
+
+
+def dispatched_calls(mod: tvm.IRModule, function: str = "main") -> Counter:
+    """How many ``call_dps_packed`` calls of each registered function ``function`` makes."""
+    found: Counter = Counter()
+    dps = tvm.ir.Op.get("relax.call_dps_packed")
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and expr.op.same_as(dps):
+            found[str(expr.args[0].global_symbol)] += 1
+
+    relax.analysis.post_order_visit(mod[function].body, visit)
+    return found
+
+
+# ------------------------------------------------------------------ building
+
+
+def compile_dispatched(imported: ImportedModel, target: tvm.target.Target | None = None,
+                       database=None, **rewrite) -> CompiledModel:
+    """Offload ``imported``'s dense convolutions and build the rest with TVM, ready to run.
+
+    ``database`` (a ``helpers.databases.Database``) tunes the kernels left in TVM;
+    without one they get TVM's default code. The weight arithmetic (BatchNorm
+    folding, prepacking) runs once here through ``main_transform_params``.
+    ``rewrite`` goes to ``offload_convs`` (``fold_bn``, ``fuse_epilogue``).
+    """
+    target = target or cpu_target()
+    offloaded = ImportedModel(mod=offload_convs(imported.mod, **rewrite), params=imported.params,
+                              input_shape=imported.input_shape, input_dtype=imported.input_dtype)
+    if database is not None:
+        return database.compile(offloaded, target)
+    lifted = relax.transform.LiftTransformParams()(offloaded.mod)
+    compiled = load_executable(tvm.compile(lifted, target=target, relax_pipeline="default"), offloaded, target)
+    compiled.params = list(compiled.vm["main_transform_params"](compiled.params))
+    return compiled
+
+
+# ------------------------------------------------------------------ operators of your own
+
+
+def te_module(compute: Callable, shapes: Sequence[Sequence[int]], *args, dtype: str = "float32") -> tvm.IRModule:
+    """A Relax module whose ``main`` takes tensors of ``shapes`` and returns ``compute(*tensors, *args)``.
+
+    ``compute`` is a tensor-expression function (``te.compute``); ``emit_te`` turns it
+    into a TensorIR function called from ``main`` with ``call_tir``.
+    """
+    bb = relax.BlockBuilder()
+    inputs = [relax.Var(f"in{i}", relax.TensorType([int(d) for d in shape], dtype)) for i, shape in enumerate(shapes)]
+    with bb.function("main", inputs):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit_te(compute, *inputs, *args))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def run_module(mod: tvm.IRModule, *arrays: np.ndarray, target: tvm.target.Target | None = None) -> np.ndarray:
+    """Compile ``mod`` (default pipeline) for this CPU and run ``main`` on NumPy arrays."""
+    executable = tvm.compile(mod, target=target or cpu_target(), relax_pipeline="default")
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays)).numpy()
+
+
+# ------------------------------------------------------------------ the decision
+
+
+def time_saved_ms(rows: Sequence[dict], offload: Sequence[str], overhead_ms: float) -> float:
+    """Milliseconds per inference saved by offloading the named rows of a dispatch table.
+
+    A row is ``{"kernel", "calls", "tvm_ms", "library_ms"}`` (``library_ms`` None when the
+    library cannot run it); each offloaded call also pays ``overhead_ms``.
+    """
+    by_name = {r["kernel"]: r for r in rows}
+    unknown = [k for k in offload if k not in by_name]
+    if unknown:
+        raise CourseError(f"No row named {unknown[0]!r} in the table; kernels are {sorted(by_name)}.")
+    saved = 0.0
+    for name in set(offload):
+        row = by_name[name]
+        if row["library_ms"] is None:
+            raise CourseError(f"{name} has no library implementation (library_ms is None): it cannot be offloaded.")
+        saved += row["tvm_ms"] - row["library_ms"] - row["calls"] * overhead_ms
+    return saved
+
+
+def random_conv_problem(shape: tuple[int, int, int, int], c_out: int, kernel: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded (data, weight) arrays for a dense convolution, for tests and the notebook's checks."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal(shape, dtype=np.float32)
+    weight = rng.standard_normal((c_out, shape[1], kernel, kernel), dtype=np.float32) / np.sqrt(shape[1] * kernel**2)
+    return data, weight.astype(np.float32)

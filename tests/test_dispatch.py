@@ -1,0 +1,132 @@
+"""helpers.dispatch on real TVM and PyTorch: the rewrite, the registered library calls, the build."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+from tvm import relax, te, topi
+
+from helpers import build, dispatch, ir, models
+from helpers.errors import CourseError
+
+
+class ConvBlocks(torch.nn.Module):
+    """Every epilogue the rewrite knows: BN+ReLU, BN+add+ReLU, BN alone, BN+ReLU6, a depthwise conv, a bare conv."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.c3, self.b3 = torch.nn.Conv2d(8, 8, 1, bias=False), torch.nn.BatchNorm2d(8)
+        self.dw = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+        self.c4, self.b4 = torch.nn.Conv2d(8, 8, 1, stride=2, bias=False), torch.nn.BatchNorm2d(8)
+        self.c5 = torch.nn.Conv2d(8, 4, 3, padding=2, dilation=2, bias=False)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(y)) + y)
+        y = self.b3(self.c3(y)) + y
+        y = torch.nn.functional.relu6(self.b4(self.c4(self.dw(y))))
+        return self.c5(y)
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    torch.manual_seed(0)
+    model = ConvBlocks().eval()
+    for bn in (model.b1, model.b2, model.b3, model.b4):  # BatchNorm statistics that are not the identity
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+        bn.weight.data.uniform_(0.5, 2)
+        bn.bias.data.uniform_(-1, 1)
+    x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))
+    return model, x, models.import_to_relax(model, x)
+
+
+def test_function_names_and_registration():
+    assert dispatch.function_name() == "course.torch.conv2d"
+    assert dispatch.function_name(bias=True, add=True, activation="relu") == "course.torch.conv2d_bias_add_relu"
+    for bias, add, act in dispatch.variants():
+        assert dispatch.is_registered(dispatch.function_name(bias, add, act))
+    assert not dispatch.is_registered("course.torch.no_such_function")
+    with pytest.raises(CourseError, match="activation"):
+        dispatch.function_name(activation="gelu")
+
+
+def test_offload_convs_matches_each_epilogue_and_leaves_depthwise(blocks):
+    _, _, imported = blocks
+    offloaded = dispatch.offload_convs(imported.mod)
+    assert dispatch.dispatched_calls(offloaded) == {
+        "course.torch.conv2d_bias_relu": 1,
+        "course.torch.conv2d_bias_add_relu": 1,
+        "course.torch.conv2d_bias_add": 1,
+        "course.torch.conv2d_bias_relu6": 1,
+        "course.torch.conv2d": 1,
+    }
+    hist = ir.op_histogram(offloaded)
+    assert hist["nn.conv2d"] == 1, "the depthwise convolution stays in TVM"
+    assert hist.get("nn.batch_norm", 0) == 0
+    assert ir.op_histogram(imported.mod)["nn.conv2d"] == 6, "the input module is not changed"
+
+
+def test_without_folding_only_convolutions_move(blocks):
+    _, _, imported = blocks
+    plain = dispatch.offload_convs(imported.mod, fold_bn=False)
+    assert dispatch.dispatched_calls(plain) == {"course.torch.conv2d": 5}
+    assert ir.op_histogram(plain)["nn.batch_norm"] == 4
+
+
+@pytest.mark.parametrize("rewrite", [{}, {"fuse_epilogue": False}, {"fold_bn": False}])
+def test_compile_dispatched_matches_pytorch(blocks, rewrite):
+    model, x, imported = blocks
+    compiled = dispatch.compile_dispatched(imported, **rewrite)
+    assert build.check_parity(compiled, model, x, rtol=1e-5) <= 1e-5
+
+
+def test_offload_convs_rejects_a_missing_function(blocks):
+    with pytest.raises(CourseError, match="no function 'forward'"):
+        dispatch.offload_convs(blocks[2].mod, function="forward")
+
+
+def test_conv_attrs_packs_stride_padding_dilation_and_rejects_grouped(blocks):
+    convs = ir.calls(blocks[2].mod, "nn.conv2d")
+    attrs = [dispatch.conv_attrs(c) for c in convs]
+    assert [int(v) for v in attrs[0].values] == [1, 1, 1, 1, 1, 1]
+    assert sum(a is None for a in attrs) == 1  # the depthwise one
+    assert [int(v) for v in attrs[-1].values] == [1, 1, 2, 2, 2, 2]
+
+
+def test_te_module_and_run_module_on_a_tensor_expression():
+    def add_one(a: te.Tensor) -> te.Tensor:
+        return topi.add(a, 1.0)
+
+    mod = dispatch.te_module(add_one, [(2, 3)])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(dispatch.run_module(mod, x), x + 1)
+    assert any(isinstance(f, tvm.tirx.PrimFunc) for f in mod.functions.values())
+
+
+def test_time_saved_counts_overhead_per_call_and_refuses_bad_rows():
+    rows = [dict(kernel="a", calls=2, tvm_ms=1.0, library_ms=0.5), dict(kernel="b", calls=1, tvm_ms=1.0, library_ms=None)]
+    assert dispatch.time_saved_ms(rows, ["a"], 0.1) == pytest.approx(0.3)
+    assert dispatch.time_saved_ms(rows, [], 0.1) == 0.0
+    with pytest.raises(CourseError, match="cannot be offloaded"):
+        dispatch.time_saved_ms(rows, ["b"], 0.1)
+    with pytest.raises(CourseError, match="No row named 'c'"):
+        dispatch.time_saved_ms(rows, ["c"], 0.1)
+
+
+def test_a_dispatched_call_writes_into_the_output_it_is_given():
+    x, w = dispatch.random_conv_problem((1, 4, 6, 6), 5, 3, seed=2)
+    bb = relax.BlockBuilder()
+    xv, wv = relax.Var("x", relax.TensorType(x.shape, "float32")), relax.Var("w", relax.TensorType(w.shape, "float32"))
+    with bb.function("main", [xv, wv]):
+        with bb.dataflow():
+            call = relax.call_dps_packed(dispatch.function_name(activation="relu"),
+                                         relax.Tuple([xv, wv, relax.ShapeExpr([2, 2, 1, 1, 1, 1])]),
+                                         out_ty=relax.TensorType((1, 5, 3, 3), "float32"))
+            out = bb.emit_output(bb.emit(call))
+        bb.emit_func_output(out)
+    got = dispatch.run_module(bb.get(), x, w)
+    want = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1)).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
