@@ -370,3 +370,130 @@ def test_day10_hidden_tests_alone_catch_a_backend_run_on_the_first_input_only():
     exec(visible, namespace)  # both visible models take one input
     with pytest.raises(TypeError, match="argument"):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 13: operators, rewrites, dispatch
+
+DAY13 = "day13_dispatch"
+
+from helpers.errors import CourseError  # noqa: E402  (Day 13's library and table checks raise it)
+
+
+def _day13_namespace(**extra) -> dict:
+    from tvm import relax, te, topi
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    from helpers import dispatch, ir, machine
+
+    names = dict(np=np, torch=torch, tvm=tvm, relax=relax, te=te, topi=topi, is_op=is_op, wildcard=wildcard,
+                 rewrite_call=rewrite_call, build=build, dispatch=dispatch, ir=ir, models=models,
+                 target=machine.cpu_target())
+    return names | extra
+
+
+def _dwconv(clip_high: bool = True, use_stride: bool = True, use_bias: bool = True):
+    """A TE depthwise conv + bias + ReLU6 with one mistake switched on."""
+    from tvm import te, topi
+
+    def dwconv_bias_relu6(data, weight, bias, stride, padding):
+        stride = stride if use_stride else 1
+        n, c, h, w = data.shape
+        _, _, kh, kw = weight.shape
+        padded = topi.nn.pad(data, [0, 0, padding, padding])
+        oh, ow = (h + 2 * padding - kh) // stride + 1, (w + 2 * padding - kw) // stride + 1
+        ry, rx = te.reduce_axis((0, kh)), te.reduce_axis((0, kw))
+        conv = te.compute((n, c, oh, ow), lambda b, ch, i, j: te.sum(
+            padded[b, ch, i * stride + ry, j * stride + rx] * weight[ch, 0, ry, rx], axis=[ry, rx]))
+        zero, six = tvm.tirx.const(0.0, "float32"), tvm.tirx.const(6.0 if clip_high else 1e30, "float32")
+        return te.compute(conv.shape, lambda b, ch, i, j: te.min(te.max(conv[b, ch, i, j] + (bias[ch] if use_bias else zero), zero), six))
+
+    return dwconv_bias_relu6
+
+
+def test_day13_solutions_pass_their_tests():
+    for solution, tests in [("dwconv_bias_relu6", "test_dwconv_bias_relu6"), ("offload_conv_relu", "test_offload_conv_relu"),
+                            ("choose_offload", "test_choose_offload")]:
+        namespace = _day13_namespace()
+        exec(_cell(DAY13, solution), namespace)
+        exec(_cell(DAY13, tests), namespace)
+
+
+@pytest.mark.parametrize("mistake", [dict(clip_high=False), dict(use_bias=False), dict(use_stride=False)])
+def test_day13_operator_tests_catch_wrong_operators(mistake):
+    with pytest.raises(AssertionError, match="relative error|output"):
+        exec(_cell(DAY13, "test_dwconv_bias_relu6"), _day13_namespace(dwconv_bias_relu6=_dwconv(**mistake)))
+
+
+def test_day13_hidden_operator_tests_alone_catch_an_ignored_stride():
+    visible, hidden = _parts(DAY13, "test_dwconv_bias_relu6")
+    namespace = _day13_namespace(dwconv_bias_relu6=_dwconv(use_stride=False))
+    exec(visible, namespace)  # stride 1 only: the visible test cannot tell
+    with pytest.raises(AssertionError, match="stride 2"):
+        exec(hidden, namespace)
+
+
+def _offload(check_groups: bool = True, attrs=None, need_relu: bool = True):
+    """An offload_conv_relu with one mistake: every conv taken, fixed attributes, or no ReLU required."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    from helpers import dispatch
+
+    def offload_conv_relu(mod):
+        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
+        pattern = is_op("relax.nn.relu")(conv) if need_relu else conv
+
+        def rewrite(expr, found):
+            call = found[conv]
+            packed = dispatch.conv_attrs(call)
+            if packed is None and check_groups:
+                return expr
+            packed = relax.ShapeExpr(attrs) if attrs is not None else (packed or relax.ShapeExpr([1, 1, 1, 1, 1, 1]))
+            return relax.call_dps_packed("course.torch.conv2d_relu", relax.Tuple([call.args[0], call.args[1], packed]),
+                                         out_ty=relax.TensorType(call.ty.shape, call.ty.dtype))
+
+        new = mod.clone()
+        new["main"] = rewrite_call(pattern, rewrite, mod["main"])
+        return new
+
+    return offload_conv_relu
+
+
+@pytest.mark.parametrize("mistake", [dict(check_groups=False), dict(need_relu=False), dict(attrs=[1, 1, 1, 1, 1, 1])])
+def test_day13_rewrite_tests_catch_wrong_rewrites(mistake):
+    with pytest.raises(Exception):  # a count, a parity error, or the library refusing a depthwise weight
+        exec(_cell(DAY13, "test_offload_conv_relu"), _day13_namespace(offload_conv_relu=_offload(**mistake)))
+
+
+def test_day13_hidden_rewrite_tests_alone_catch_fixed_attributes():
+    visible, hidden = _parts(DAY13, "test_offload_conv_relu")
+    namespace = _day13_namespace(offload_conv_relu=_offload(attrs=[1, 1, 1, 1, 1, 1]))
+    exec(visible, namespace)  # the visible model has stride 1, padding 1 only
+    with pytest.raises(Exception, match="output buffer"):  # raised in the library call: TVM's FFI re-raises it
+        exec(hidden, namespace)
+
+
+def _ignores_overhead(rows, overhead_ms):
+    return sorted(r["kernel"] for r in rows if r["library_ms"] is not None and r["library_ms"] < r["tvm_ms"])
+
+
+def _overhead_once_per_row(rows, overhead_ms):
+    return sorted(r["kernel"] for r in rows if r["library_ms"] is not None and r["library_ms"] + overhead_ms < r["tvm_ms"])
+
+
+def _everything_faster(rows, overhead_ms):
+    return sorted(r["kernel"] for r in rows if (r["library_ms"] or 0.0) + r["calls"] * overhead_ms < r["tvm_ms"])
+
+
+@pytest.mark.parametrize("wrong", [_ignores_overhead, _overhead_once_per_row])
+def test_day13_hidden_decision_tests_alone_catch_a_misplaced_overhead(wrong):
+    visible, hidden = _parts(DAY13, "test_choose_offload")
+    namespace = _day13_namespace(choose_offload=wrong)
+    exec(visible, namespace)  # one call per kernel and a clear margin: the visible test cannot tell
+    with pytest.raises(AssertionError, match="the best choice"):
+        exec(hidden, namespace)
+
+
+def test_day13_decision_tests_refuse_a_kernel_the_library_cannot_run():
+    with pytest.raises(CourseError, match="cannot be offloaded"):
+        exec(_cell(DAY13, "test_choose_offload"), _day13_namespace(choose_offload=_everything_faster))
