@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import time
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ from pathlib import Path
 import torch
 import tvm
 
-from . import databases, kernels, machine, models, timing, tuning
+from . import databases, dispatch, kernels, machine, models, timing, tuning
 from .build import CompiledModel, check_parity, compile_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,6 +37,12 @@ RESULTS_ROOT = REPO / "results"
 CURVE_FILE = "tuning_curve.json"
 BENCH_MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
 EAGER, COMPILED, UNTUNED, TUNED = "PyTorch eager", "torch.compile", "TVM untuned", "TVM tuned"
+# Day 13: the dense convolutions sent to PyTorch's oneDNN (helpers.dispatch), the rest tuned TVM.
+DISPATCHED = "TVM tuned + oneDNN convs"
+# TVM's pool threads spin after each kernel; with a oneDNN call between two TVM kernels they
+# starve PyTorch's threads (Day 13 measured 177 ms against 10 ms for MobileNetV2 on 2 cores).
+# The table is measured with a pool that sleeps instead; read before TVM first runs parallel code.
+SPIN_ENV = "TVM_THREAD_POOL_SPIN_COUNT"
 
 
 def slug(text: str) -> str:
@@ -196,11 +203,15 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20) -> dict:
         tuned = database.compile(imported, target)
         check_parity(tuned, model, x)
         runners[TUNED] = timing.tvm_runner(tuned, x)
+        dispatched = dispatch.compile_dispatched(imported, target, database=database)
+        check_parity(dispatched, model, x)
+        runners[DISPATCHED] = timing.tvm_runner(dispatched, x)
         trials, label = database.trials_per_task, database.label()
     load = _load_average()
     timings = timing.measure(runners, batch=batch, warmup=3, repeats=repeats)
     row = {"model": model_name, "batch": batch, "torch_compile_s": round(compile_s, 1), "trials_per_task": trials,
-           "database": label, "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()}}
+           "database": label, "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
+           "tvm_pool_spin_count": os.environ.get(SPIN_ENV)}
     for t in timings:
         row[t.label] = {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)}
     row["load_average"] = [load, _load_average()]
@@ -208,8 +219,6 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20) -> dict:
 
 
 def _load_average() -> float:
-    import os
-
     return round(os.getloadavg()[0], 2)
 
 
@@ -218,10 +227,12 @@ def _ms(row: dict, label: str) -> float | None:
 
 
 def ratios(row: dict) -> dict[str, float | None]:
-    """Speedups (> 1: faster) of tuned TVM over eager and over torch.compile, of untuned TVM over eager."""
-    eager, compiled, untuned, tuned = (_ms(row, k) for k in (EAGER, COMPILED, UNTUNED, TUNED))
+    """Speedups (> 1: faster) of tuned TVM over eager and over torch.compile, of tuned TVM with its dense
+    convolutions on oneDNN over eager, and of untuned TVM over eager."""
+    eager, compiled, untuned, tuned, dispatched = (_ms(row, k) for k in (EAGER, COMPILED, UNTUNED, TUNED, DISPATCHED))
     return {
         "tuned_vs_eager": eager / tuned if tuned else None,
+        "dispatched_vs_eager": eager / dispatched if dispatched else None,
         "tuned_vs_compile": compiled / tuned if tuned else None,
         "untuned_vs_eager": eager / untuned if untuned else None,
     }
@@ -236,21 +247,25 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
     def ratio(value):
         return "—" if value is None else f"{value:.2f}×"
 
-    threads = {f"TVM {r['threads']['TVM']}, PyTorch {r['threads']['PyTorch']}" for r in rows if "threads" in r}
+    threads = {f"TVM {r['threads']['TVM']}, PyTorch {r['threads']['PyTorch']}"
+               + (f"; TVM's pool spin count {r['tvm_pool_spin_count']}" if r.get("tvm_pool_spin_count") is not None else "")
+               for r in rows if "threads" in r}
     lines = [
         f"Machine: {machine_summary}",
         *(f"Threads: {t}" for t in sorted(threads)),
         "",
         "| model | batch | eager ms | torch.compile ms | TVM untuned ms | TVM tuned ms | tuned vs eager "
-        "| tuned vs torch.compile | untuned vs eager | trials/task | database |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| tuned vs torch.compile | untuned vs eager | tuned + oneDNN convs ms | + oneDNN convs vs eager "
+        "| trials/task | database |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         r = ratios(row)
         lines.append(
             f"| {row['model']} | {row['batch']} | {cell(row, EAGER)} | {cell(row, COMPILED)} | {cell(row, UNTUNED)} "
             f"| {cell(row, TUNED)} | {ratio(r['tuned_vs_eager'])} | {ratio(r['tuned_vs_compile'])} "
-            f"| {ratio(r['untuned_vs_eager'])} | {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
+            f"| {ratio(r['untuned_vs_eager'])} | {cell(row, DISPATCHED)} | {ratio(r['dispatched_vs_eager'])} "
+            f"| {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
         )
     lines += ["", "Medians of interleaved runs, interquartile range in brackets; speedup > 1 means faster."]
     return "\n".join(lines)
@@ -309,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "tune":
         print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from))
     else:
+        os.environ.setdefault(SPIN_ENV, "0")  # before TVM's pool starts (see SPIN_ENV)
         run_table(args.models or list(BENCH_MODELS), args.batch, args.repeats, save=not args.no_save)
     return 0
 

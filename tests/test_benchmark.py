@@ -12,27 +12,28 @@ def _target(mcpu="znver4", cores=2):
     return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})
 
 
-def _row(model, eager, compiled, untuned, tuned=None):
+def _row(model, eager, compiled, untuned, tuned=None, dispatched=None):
     row = {"model": model, "batch": 1, "torch_compile_s": 30.0, "trials_per_task": 32 if tuned else None,
            "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None,
            "threads": {"TVM": 2, "PyTorch": 2}}
     for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.UNTUNED, untuned),
-                      (benchmark.TUNED, tuned)):
+                      (benchmark.TUNED, tuned), (benchmark.DISPATCHED, dispatched)):
         if ms is not None:
             row[label] = {"median_ms": ms, "iqr_ms": ms / 10, "repeats": 20}
     return row
 
 
 def test_ratios_are_speedups_and_missing_tuned_is_none():
-    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0))
-    assert r == {"tuned_vs_eager": 1.5, "tuned_vs_compile": 1.25, "untuned_vs_eager": 0.1}
+    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, dispatched=6.0))
+    assert r == {"tuned_vs_eager": 1.5, "dispatched_vs_eager": 2.0, "tuned_vs_compile": 1.25, "untuned_vs_eager": 0.1}
     r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0))
     assert r["tuned_vs_eager"] is None and r["tuned_vs_compile"] is None and r["untuned_vs_eager"] == 0.1
+    assert r["dispatched_vs_eager"] is None
 
 
 def test_format_table_has_one_line_per_model_and_says_when_no_database():
     text = benchmark.format_table(
-        [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0), _row("resnet50", 60.0, 50.0, 900.0)], "test cpu, 2 cores"
+        [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0, 6.0), _row("resnet50", 60.0, 50.0, 900.0)], "test cpu, 2 cores"
     )
     lines = text.splitlines()
     assert lines[0] == "Machine: test cpu, 2 cores"
@@ -40,6 +41,7 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
     mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
     assert "8.00 (0.80)" in mnv2 and "1.50×" in mnv2 and "1.25×" in mnv2 and "0.10×" in mnv2 and "| 32 |" in mnv2
     assert "transferred from znver4" in mnv2
+    assert "6.00 (0.60)" in mnv2 and "| 2.00× |" in mnv2  # the dense convolutions on oneDNN: 12 / 6
     r50 = next(line for line in lines if line.startswith("| resnet50"))
     assert "no database" in r50 and "—" in r50
 
