@@ -17,7 +17,8 @@ def _row(model, eager, compiled, untuned, tuned=None, dispatched=None):
            "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None,
            "threads": {"TVM": 2, "PyTorch": 2}}
     for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.UNTUNED, untuned),
-                      (benchmark.TUNED, tuned), (benchmark.DISPATCHED, dispatched)):
+                      (benchmark.TUNED, tuned), (benchmark.DISPATCHED, dispatched),
+                      (benchmark.EAGER_BESIDE_DISPATCHED, 2 * dispatched if dispatched else None)):
         if ms is not None:
             row[label] = {"median_ms": ms, "iqr_ms": ms / 10, "repeats": 20}
     return row
