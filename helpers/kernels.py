@@ -110,6 +110,16 @@ class PointwiseShape:
         """One multiply and one add per output value per input channel."""
         return 2 * self.c_in * self.c_out * self.h * self.w
 
+    @property
+    def min_bytes(self) -> int:
+        """float32 bytes a kernel must at least move: read the input and weights once, write the output once."""
+        return 4 * (self.c_in * self.h * self.w + self.c_in * self.c_out + self.c_out * self.h * self.w)
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity (FLOP per byte of memory traffic), at the minimum traffic: the roofline's x."""
+        return self.flops / self.min_bytes
+
 
 def pointwise_nchw(shape: PointwiseShape) -> tvm.tirx.PrimFunc:
     """The 1x1 convolution in NCHW, as naive loops (what an unscheduled build runs)."""
@@ -295,6 +305,28 @@ def measure(
                 fn()
             times[name].append((time.perf_counter() - start) * 1000.0 / number[name])
     return [Timing(name, 1, t) for name, t in times.items()]
+
+
+def memory_bandwidth_gbs(megabytes: int | None = None, repeats: int | None = None) -> float:
+    """Memory bandwidth of one core in GB/s, measured: the best of ``repeats`` copies of an array much
+    larger than the caches (NumPy's copy reads and writes each byte once: 2 x size bytes move).
+
+    One core's streaming copy: a lower bound for the machine, the roof a single-threaded kernel
+    sees, and the right order of magnitude for a small machine's memory.
+    """
+    megabytes = megabytes or pick(256, 64)
+    repeats = repeats or pick(5, 3)
+    src = np.ones(megabytes * 2**20 // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # touch every page first
+    best = min(_seconds(lambda: np.copyto(dst, src)) for _ in range(repeats))
+    return 2 * src.nbytes / best / 1e9
+
+
+def _seconds(run: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    run()
+    return time.perf_counter() - start
 
 
 def gflops(t: Timing, flops: int) -> float:

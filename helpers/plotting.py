@@ -152,6 +152,36 @@ def plot_gflops(
     return fig
 
 
+def plot_roofline(peak_gflops: float, bandwidth_gbs: float, points: dict[str, tuple[float, float]],
+                  title: str = "Roofline"):
+    """The roofline: attainable GFLOP/s = min(peak, bandwidth x intensity), log-log, with kernels as points.
+
+    ``points`` maps a label to (arithmetic intensity in FLOP/byte, measured GFLOP/s). A kernel left
+    of the ridge (intensity below peak / bandwidth) is bound by memory, right of it by arithmetic.
+    """
+    if peak_gflops <= 0 or bandwidth_gbs <= 0:
+        raise ValueError(f"peak and bandwidth must be positive, got {peak_gflops} GFLOP/s and {bandwidth_gbs} GB/s")
+    ridge = peak_gflops / bandwidth_gbs
+    intensities = [i for i, _ in points.values()] + [ridge]
+    lo, hi = min(intensities) / 8, max(intensities) * 8
+    xs = [lo * (hi / lo) ** (k / 200) for k in range(201)]
+    fig, ax = plt.subplots(figsize=(11, 4.8))
+    ax.plot(xs, [min(peak_gflops, bandwidth_gbs * x) for x in xs], color="black", linewidth=2,
+            label=f"roof: {bandwidth_gbs:.0f} GB/s x intensity, capped at the peak {peak_gflops:.0f} GFLOP/s")
+    ax.axvline(ridge, color="gray", linestyle=":", label=f"ridge: {ridge:.1f} FLOP/byte")
+    for (label, (intensity, rate)), marker in zip(points.items(), "osD^v<>p*hX"):
+        ax.scatter([intensity], [rate], s=60, marker=marker, label=f"{label}: {rate:.1f} GFLOP/s", zorder=3)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved, at the minimum traffic)")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: points stack at one intensity
+    fig.tight_layout()
+    return fig
+
+
 def plot_tuning_curve(points: Sequence[dict], title: str = "Tuning: end-to-end latency against tuning time"):
     """Tuned latency after each tuning budget, against the eager latency measured beside it.
 

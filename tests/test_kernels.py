@@ -87,3 +87,10 @@ def test_thread_pool_sets_and_restores_tvm_threads():
     with pytest.raises(ValueError, match="at least 1 thread"):
         with kernels.thread_pool(0):
             pass
+
+
+def test_intensity_and_bandwidth():
+    shape = kernels.PointwiseShape(c_in=8, c_out=16, h=2, w=2)
+    assert shape.min_bytes == 4 * (8 * 4 + 8 * 16 + 16 * 4)
+    assert shape.intensity == shape.flops / shape.min_bytes
+    assert kernels.memory_bandwidth_gbs(megabytes=8, repeats=2) > 0.1

@@ -102,3 +102,15 @@ def test_transfer_study_plot_draws_each_build_against_eager_with_its_tuning_minu
     assert ax.get_legend().get_texts()[0].get_text() == "PyTorch eager, 12.0 ms"
     with pytest.raises(ValueError, match="eager's row"):
         plotting.plot_transfer_study(rows[1:])
+
+
+def test_roofline_draws_the_roof_the_ridge_and_each_kernel():
+    fig = plotting.plot_roofline(100.0, 20.0, {"naive": (10.0, 2.0), "tuned": (10.0, 60.0)}, title="t")
+    ax = fig.axes[0]
+    roof = ax.lines[0]
+    xs, ys = roof.get_xdata(), roof.get_ydata()
+    assert max(ys) == 100.0 and abs(ys[0] - 20.0 * xs[0]) < 1e-9  # memory slope, then the flat peak
+    assert ax.lines[1].get_xdata()[0] == 5.0  # the ridge: 100 GFLOP/s / 20 GB/s
+    assert len(ax.collections) == 2 and ax.get_xscale() == ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="positive"):
+        plotting.plot_roofline(0.0, 20.0, {})
