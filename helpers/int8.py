@@ -1,0 +1,119 @@
+"""int8 dot products on the CPU's VNNI instruction (``vpdpbusd``), with a tensor intrinsic that works
+on the LLVM 22 inside TVM 0.27 (the groundwork of the planned int8 day, issue 13).
+
+TVM 0.27 ships x86 int8 intrinsics (``tvm.s_tir.tensor_intrin.x86``) that do not work here:
+
+* ``dot_16x4_vnni`` passes ``<16 x i32>`` operands to ``llvm.x86.avx512.vpdpbusd.512``, whose
+  signature LLVM 22 changed to ``(<16 x i32>, <64 x i8>, <64 x i8>)``: every build fails the
+  LLVM verifier ("Call parameter type does not match function signature").
+* Both shipped descriptions declare the 16x4 weight tile without strides, while the
+  implementations load 64 contiguous bytes. Tensorize then accepts a tile of a plain ``[N, K]``
+  weight (rows ``K`` apart) and reads the wrong bytes: only lane 0 of each 16 comes out right.
+
+``VNNI_INTRIN`` fixes both: the operands have LLVM 22's types, and the tile is declared compact
+(``strides=[4, 1]``), so a build tensorized on a plain weight fails ("buffer match constraint for
+B.strides_0 unmet") instead of computing wrong numbers, and a packed one,
+``[N/16, K/4, 16, 4]`` (``pack_weight``), where each tile is 64 contiguous bytes, builds and is exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import te
+from tvm.script import tirx as T
+
+from .errors import CourseError
+from .tuning import import_tensor_intrinsics
+
+VNNI_INTRIN = "course_dot_16x4_vnni_llvm22"
+LANES, GROUP = 16, 4  # vpdpbusd: 16 int32 lanes, each the sum of 4 u8 x s8 products
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_desc(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((16, 4), "int8", offset_factor=1, strides=[4, 1]),
+    C: T.Buffer((16,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+        T.writes(C[0:16])
+        for i in T.serial(0, 16):
+            for k in T.serial(0, 4):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+
+@T.prim_func(s_tir=True)
+def _dot_16x4_vnni_llvm22(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((16, 4), "int8", offset_factor=1, strides=[4, 1]),
+    C: T.Buffer((16,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
+        T.writes(C[0:16])
+        # the 4 activation bytes, repeated for all 16 lanes, as 64 bytes
+        A_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+        A_u8x64 = T.reinterpret(T.broadcast(A_i32, 16), dtype="uint8x64")
+        B_i8x64 = B.vload([0, 0], dtype="int8x64")  # the packed 16x4 tile: 64 contiguous bytes
+        C[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
+            T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512"),
+            C.vload([0], dtype="int32x16"),
+            A_u8x64,
+            B_i8x64,
+            dtype="int32x16",
+        )
+
+
+def register_vnni_intrinsic() -> str:
+    """Register ``VNNI_INTRIN`` in this process (idempotent) and return its name, for ``sch.tensorize``
+    or MetaSchedule's ``MultiLevelTilingWithIntrin``."""
+    import_tensor_intrinsics()
+    from tvm.s_tir import TensorIntrin
+
+    TensorIntrin.register(VNNI_INTRIN, _dot_16x4_desc, _dot_16x4_vnni_llvm22, override=True)
+    return VNNI_INTRIN
+
+
+def has_vnni(target: tvm.target.Target) -> bool:
+    """True when ``target``'s CPU has AVX-512 VNNI (``vpdpbusd``)."""
+    return bool(tvm.target.codegen.target_has_features("avx512vnni", target))
+
+
+def pack_weight(weight: np.ndarray) -> np.ndarray:
+    """An int8 ``[N, K]`` weight as ``[N/16, K/4, 16, 4]``: each 16x4 tile 64 contiguous bytes."""
+    n, k = weight.shape
+    if n % LANES or k % GROUP:
+        raise CourseError(f"pack_weight needs N a multiple of {LANES} and K of {GROUP}; got a [{n}, {k}] weight.")
+    return np.ascontiguousarray(weight.reshape(n // LANES, LANES, k // GROUP, GROUP).transpose(0, 2, 1, 3))
+
+
+def matmul_u8s8(m: int, n: int, k: int, packed: bool = True) -> tvm.IRModule:
+    """``C[m, n] = sum_k A[m, k] * W[n, k]`` in int32, for uint8 activations and int8 weights
+    (plain ``[n, k]``, or packed as ``pack_weight`` does)."""
+    A = te.placeholder((m, k), "uint8", name="A")
+    r = te.reduce_axis((0, k), name="k")
+    if packed:
+        W = te.placeholder((n // LANES, k // GROUP, LANES, GROUP), "int8", name="W")
+        weight = lambda j, kk: W[j // LANES, kk // GROUP, j % LANES, kk % GROUP]  # noqa: E731
+    else:
+        W = te.placeholder((n, k), "int8", name="W")
+        weight = lambda j, kk: W[j, kk]  # noqa: E731
+    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("int32") * weight(j, r).astype("int32"), axis=r), name="C")
+    return tvm.IRModule({"main": te.create_prim_func([A, W, C]).with_attr("global_symbol", "main")})
+
+
+def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN) -> tvm.IRModule:
+    """Schedule ``matmul_u8s8`` by hand around the intrinsic: 16 outputs by 4 inputs per instruction."""
+    sch = tvm.s_tir.Schedule(mod)
+    block = sch.get_sblock("C")
+    i, j, k = sch.get_loops(block)
+    jo, ji = sch.split(j, [None, LANES])
+    ko, ki = sch.split(k, [None, GROUP])
+    sch.reorder(i, jo, ko, ji, ki)
+    sch.decompose_reduction(block, ko)
+    sch.tensorize(ji, intrin)
+    return sch.mod

@@ -1,0 +1,41 @@
+"""helpers.int8: the course's VNNI intrinsic builds on LLVM 22, computes exactly, uses vpdpbusd,
+and refuses the weight layout that makes TVM's shipped intrinsics compute wrong results."""
+
+import numpy as np
+import pytest
+import tvm
+
+from helpers import int8, machine
+from helpers.errors import CourseError
+
+TARGET = machine.cpu_target()
+needs_vnni = pytest.mark.skipif(not int8.has_vnni(TARGET), reason=f"{TARGET} has no AVX-512 VNNI")
+
+
+@needs_vnni
+def test_the_vnni_intrinsic_is_exact_on_8_bit_activations_and_emits_vpdpbusd():
+    m, n, k = 8, 32, 64
+    rng = np.random.default_rng(0)
+    a = rng.integers(0, 256, (m, k)).astype("uint8")  # full 8-bit range: vpdpbusd does not saturate
+    w = rng.integers(-128, 128, (n, k)).astype("int8")
+    lib = tvm.compile(int8.tensorize_matmul(int8.matmul_u8s8(m, n, k), int8.register_vnni_intrinsic()), target=TARGET)
+    out = tvm.runtime.tensor(np.zeros((m, n), "int32"))
+    lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(int8.pack_weight(w)), out)
+    np.testing.assert_array_equal(out.numpy(), a.astype(np.int64) @ w.astype(np.int64).T)
+    assert "vpdpbusd" in lib.mod.inspect_source("asm")
+
+
+def test_the_intrinsic_refuses_an_unpacked_weight():
+    """TVM's shipped descriptions accept this layout and compute wrong results; this one fails the build."""
+    name = int8.register_vnni_intrinsic()
+    with pytest.raises(Exception, match="buffer match constraint for B.strides"):
+        tvm.compile(int8.tensorize_matmul(int8.matmul_u8s8(8, 32, 64, packed=False), name), target=TARGET)
+
+
+def test_pack_weight_puts_each_16x4_tile_in_64_contiguous_bytes():
+    w = np.arange(32 * 8).reshape(32, 8).astype("int8")
+    packed = int8.pack_weight(w)
+    assert packed.shape == (2, 2, 16, 4)
+    assert np.array_equal(packed[1, 0].ravel(), w[16:32, 0:4].ravel())
+    with pytest.raises(CourseError, match="multiple of 16"):
+        int8.pack_weight(np.zeros((10, 8), "int8"))
