@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import tvm
 from tvm import te
+from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
 
 from .errors import CourseError
@@ -117,3 +118,28 @@ def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN) -> tvm.IRModu
     sch.decompose_reduction(block, ko)
     sch.tensorize(ji, intrin)
     return sch.mod
+
+
+def vnni_space() -> ms.space_generator.PostOrderApply:
+    """A MetaSchedule search space that tiles int8 kernels around ``VNNI_INTRIN``.
+
+    The default x86 space puts TVM's own, broken VNNI rule into every int8 search (each candidate
+    then fails to build: "Cannot broadcast lanes=16 to 32"). This one uses the course's intrinsic:
+    multi-level tiling with the intrinsic innermost, vectorising with no nested extent (the init
+    loop's broadcast breaks otherwise), and RewriteTensorize to put the instruction in.
+    """
+    register_vnni_intrinsic()
+    rule, post = ms.schedule_rule, ms.postproc
+    rules = [
+        rule.AutoInline(into_producer=False, into_consumer=True, inline_const_tensor=True, disallow_if_then_else=True,
+                        require_injective=True, require_ordered=True, disallow_op=None),
+        rule.AddRFactor(max_jobs_per_core=16, max_innermost_factor=64),
+        rule.MultiLevelTilingWithIntrin(VNNI_INTRIN, structure="SSRSRS", tile_binds=None, max_innermost_factor=64,
+                                        vector_load_lens=None, reuse_read=None,
+                                        reuse_write=rule.ReuseType(req="may", levels=[1, 2], scope="global")),
+        rule.ParallelizeVectorizeUnroll(max_jobs_per_core=16, max_vectorize_extent=-1,
+                                        unroll_max_steps=[0, 16, 64, 512], unroll_explicit=True),
+    ]
+    postprocs = [post.DisallowDynamicLoop(), post.RewriteParallelVectorizeUnroll(), post.RewriteReductionBlock(),
+                 post.RewriteTensorize(vectorize_init_loop=True)]
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs, mutator_probs={})

@@ -39,3 +39,27 @@ def test_pack_weight_puts_each_16x4_tile_in_64_contiguous_bytes():
     assert np.array_equal(packed[1, 0].ravel(), w[16:32, 0:4].ravel())
     with pytest.raises(CourseError, match="multiple of 16"):
         int8.pack_weight(np.zeros((10, 8), "int8"))
+
+
+@needs_vnni
+def test_metaschedule_tunes_around_the_intrinsic(tmp_path):
+    from tvm.s_tir import meta_schedule as ms
+
+    from helpers import tuning
+
+    m, n, k = 16, 64, 64
+    mod = int8.matmul_u8s8(m, n, k)
+    database = ms.tir_integration.tune_tir(
+        mod=mod, target=TARGET, work_dir=str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
+        space=int8.vnni_space(), builder=tuning.InProcessBuilder(), runner=ms.runner.LocalRunner(),
+    )
+    sch = ms.tir_integration.compile_tir(database, mod, TARGET)
+    assert sch is not None, "no candidate was built and measured"
+    lib = tvm.compile(sch.mod, target=TARGET)
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (m, k)).astype("uint8")
+    w = rng.integers(-128, 128, (n, k)).astype("int8")
+    out = tvm.runtime.tensor(np.zeros((m, n), "int32"))
+    lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(int8.pack_weight(w)), out)
+    np.testing.assert_array_equal(out.numpy(), a.astype(np.int64) @ w.astype(np.int64).T)
+    assert "vpdpbusd" in lib.mod.inspect_source("asm")
