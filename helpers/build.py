@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -80,6 +81,7 @@ class CompiledModel:
     input_shape: tuple[int, ...]
     input_dtype: str
     target: tvm.target.Target
+    library: Path | None = None  # the exported library it was loaded from (the compile cache), if any
 
     def to_device(self, x) -> tvm.runtime.Tensor:
         """Check the input against the compiled signature and copy it to the device."""

@@ -46,6 +46,11 @@ def key(*parts: object) -> str:
     return digest.hexdigest()[:32]
 
 
+def path_for(name: str, cache_key: str, root: Path | None = None) -> Path:
+    """Where the library for ``cache_key`` is (or would be) kept."""
+    return Path(root or CACHE_ROOT) / f"{name}-{cache_key}.so"
+
+
 def load_or_build(
     name: str, cache_key: str, build: Callable[[], tvm.runtime.Executable], root: Path | None = None
 ) -> tuple[tvm.runtime.Module | tvm.runtime.Executable, bool]:
@@ -55,7 +60,7 @@ def load_or_build(
     or the freshly built executable. Either one goes into ``relax.VirtualMachine``.
     """
     root = Path(root or CACHE_ROOT)
-    path = root / f"{name}-{cache_key}.so"
+    path = path_for(name, cache_key, root)
     if enabled() and path.is_file():
         return tvm.runtime.load_module(str(path)), True
     executable = build()

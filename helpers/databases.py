@@ -161,6 +161,8 @@ def choose(
     places: Sequence[tuple[str, Path]] | None = None,
     budget: float | None = None,
     tune_root: Path | None = None,
+    prepack: bool = True,
+    space_for=None,
 ) -> Database:
     """The database to build ``model`` with on ``target``, with the reason it was chosen.
 
@@ -169,7 +171,8 @@ def choose(
     database exists at all, one is tuned now under ``trials_per_task`` (and
     ``max_trials_global``) into the learner's directory, or the test runs' in
     quick mode (or ``tune_root``); with ``tune_if_missing=False`` that is an error instead.
-    ``places`` replaces the (origin, root) pairs searched, for tests.
+    ``places`` replaces the (origin, root) pairs searched, for tests. ``prepack`` and
+    ``space_for`` go to ``tuning.tune`` when a database is tuned now.
     """
     found = candidates(model, target, batch, places)
     if budget is not None:
@@ -194,7 +197,8 @@ def choose(
         )
     path = database_dir(model, target, batch, tune_root or own_root())
     tuning.tune(
-        imported.mod, target, path, max_trials_per_task=trials_per_task, max_trials_global=max_trials_global, prepack=True
+        imported.mod, target, path, max_trials_per_task=trials_per_task, max_trials_global=max_trials_global,
+        prepack=prepack, space_for=space_for,
     )
     origin = TEST_RUN if config.quick() else YOURS
     tuned = _describe(path, origin, target)

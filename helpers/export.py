@@ -26,6 +26,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -275,6 +277,25 @@ def vector_registers(path: str | Path) -> dict[str, int]:
     for name in VECTOR_REGISTER.findall(out):
         counts[name] += 1
     return counts
+
+
+def library_file(compiled, directory: str | Path) -> Path:
+    """The shared library a ``CompiledModel`` runs: the compile cache's file, or its executable exported
+    into ``directory``."""
+    if compiled.library is not None:
+        return Path(compiled.library)
+    path = Path(directory) / LIBRARY
+    with capture_stderr():
+        compiled.executable.export_library(str(path))
+    return path
+
+
+def instruction_counts(path: str | Path, mnemonics: Sequence[str]) -> dict[str, int]:
+    """How often each of ``mnemonics`` (``vpdpbusd``, ``vfmadd231ps``, ...) occurs in the library's machine
+    code, from ``objdump -d``: what a kernel really runs on, whatever the source asked for (Day 12)."""
+    out = _binutils("objdump", "-d", "--no-show-raw-insn", path=Path(path))
+    found = Counter(line.split()[1] for line in out.splitlines() if line.startswith(" ") and len(line.split()) > 1)
+    return {name: found.get(name, 0) for name in mnemonics}
 
 
 def runtime_files() -> dict[str, int]:

@@ -25,7 +25,7 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
 
 from .errors import CourseError
-from .tuning import import_tensor_intrinsics
+from .tuning import import_tvm_tensor_intrinsics
 
 VNNI_INTRIN = "course_dot_16x4_vnni_llvm22"
 LANES, GROUP = 16, 4  # vpdpbusd: 16 int32 lanes, each the sum of 4 u8 x s8 products
@@ -72,7 +72,7 @@ def _dot_16x4_vnni_llvm22(
 def register_vnni_intrinsic() -> str:
     """Register ``VNNI_INTRIN`` in this process (idempotent) and return its name, for ``sch.tensorize``
     or MetaSchedule's ``MultiLevelTilingWithIntrin``."""
-    import_tensor_intrinsics()
+    import_tvm_tensor_intrinsics()
     from tvm.s_tir import TensorIntrin
 
     TensorIntrin.register(VNNI_INTRIN, _dot_16x4_desc, _dot_16x4_vnni_llvm22, override=True)
@@ -92,23 +92,40 @@ def pack_weight(weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(weight.reshape(n // LANES, LANES, k // GROUP, GROUP).transpose(0, 2, 1, 3))
 
 
+def matmul_u8s8_compute(A: te.Tensor, W: te.Tensor) -> te.Tensor:
+    """The TE compute of ``C[..., n] = sum_k A[..., k] * W[n, k]`` in int32, ``A`` uint8 (a matrix, or an
+    NHWC activation for a 1x1 convolution), ``W`` int8, plain ``[n, k]`` or packed ``[n/16, k/4, 16, 4]``
+    (``pack_weight``)."""
+    *rows, k = (int(d) for d in A.shape)
+    r = te.reduce_axis((0, k), name="k")
+    if len(W.shape) == 4:
+        n = int(W.shape[0]) * LANES
+        weight = lambda j, kk: W[j // LANES, kk // GROUP, j % LANES, kk % GROUP]  # noqa: E731
+    else:
+        n = int(W.shape[0])
+        weight = lambda j, kk: W[j, kk]  # noqa: E731
+
+    def dot(*index):
+        *row, j = index
+        return te.sum(A[(*row, r)].astype("int32") * weight(j, r).astype("int32"), axis=r)
+
+    return te.compute((*rows, n), dot, name="C")
+
+
 def matmul_u8s8(m: int, n: int, k: int, packed: bool = True) -> tvm.IRModule:
     """``C[m, n] = sum_k A[m, k] * W[n, k]`` in int32, for uint8 activations and int8 weights
     (plain ``[n, k]``, or packed as ``pack_weight`` does)."""
     A = te.placeholder((m, k), "uint8", name="A")
-    r = te.reduce_axis((0, k), name="k")
-    if packed:
-        W = te.placeholder((n // LANES, k // GROUP, LANES, GROUP), "int8", name="W")
-        weight = lambda j, kk: W[j // LANES, kk // GROUP, j % LANES, kk % GROUP]  # noqa: E731
-    else:
-        W = te.placeholder((n, k), "int8", name="W")
-        weight = lambda j, kk: W[j, kk]  # noqa: E731
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r].astype("int32") * weight(j, r).astype("int32"), axis=r), name="C")
+    shape = (n // LANES, k // GROUP, LANES, GROUP) if packed else (n, k)
+    W = te.placeholder(shape, "int8", name="W")
+    C = matmul_u8s8_compute(A, W)
     return tvm.IRModule({"main": te.create_prim_func([A, W, C]).with_attr("global_symbol", "main")})
 
 
 def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN) -> tvm.IRModule:
     """Schedule ``matmul_u8s8`` by hand around the intrinsic: 16 outputs by 4 inputs per instruction."""
+    if intrin == VNNI_INTRIN:
+        register_vnni_intrinsic()
     sch = tvm.s_tir.Schedule(mod)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)

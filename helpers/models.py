@@ -9,6 +9,7 @@ same weights, so correctness and speed lessons hold either way.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import logging
 from dataclasses import dataclass
@@ -56,6 +57,12 @@ def _pretrained_state(name: str) -> dict | None:
             return weights.get_state_dict(progress=False)
         except Exception:
             return None
+
+
+@functools.cache
+def pretrained_available(name: str) -> bool:
+    """Whether the trained weights of ``name`` can be had here (downloaded, or in torch's cache)."""
+    return _pretrained_state(name) is not None
 
 
 def load_model(name: str, pretrained: bool = True, seed: int = 0) -> torch.nn.Module:

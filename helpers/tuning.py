@@ -47,7 +47,7 @@ import math
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import tvm
@@ -57,7 +57,9 @@ from tvm import relax
 from tvm.ir.utils import derived_object
 from tvm.s_tir import meta_schedule as ms
 from tvm.s_tir.meta_schedule.builder import BuilderInput, BuilderResult, PyBuilder, local_builder
+from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+from tvm.s_tir.meta_schedule.utils import fork_seed
 
 from . import cache, config
 from .build import CompiledModel, device_for, fuse, load_executable
@@ -111,7 +113,7 @@ def _memoised_frame_modules() -> Iterator[None]:
 
 
 @functools.cache
-def import_tensor_intrinsics() -> None:
+def import_tvm_tensor_intrinsics() -> None:
     """Import ``tvm.s_tir.tensor_intrin`` once, in seconds rather than most of a minute.
 
     MetaSchedule needs the tensor intrinsics registered (its x86 rules name the
@@ -119,6 +121,14 @@ def import_tensor_intrinsics() -> None:
     """
     with _memoised_frame_modules():
         import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
+
+
+def import_tensor_intrinsics() -> None:
+    """TVM's tensor intrinsics and the course's own VNNI one (Day 12, ``helpers.int8``): a database
+    whose records tensorize with it cannot be read without it."""
+    from .int8 import register_vnni_intrinsic  # here: helpers.int8 imports this module
+
+    register_vnni_intrinsic()
 
 
 @derived_object
@@ -308,6 +318,7 @@ def tune(
     prepack: bool = False,
     seed: int | None = 0,
     seed_from: str | Path | None = None,
+    space_for: Callable[[object], object] | None = None,
 ) -> Path:
     """Tune every kernel of a Relax module for ``target``; return the database's directory.
 
@@ -341,6 +352,10 @@ def tune(
     ``seed`` fixes the search's random choices, so the same budget on the same
     machine explores the same candidates (the measured times still vary); pass
     ``None`` for a different search every run.
+
+    ``space_for`` picks a search space per kernel (an extracted task in, a MetaSchedule
+    space generator or ``"post-order-apply"`` out), e.g. Day 12's VNNI space for int8
+    kernels only; by default every kernel gets the target's default space.
     """
     if max_trials_per_task < 1:
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
@@ -364,7 +379,7 @@ def tune(
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
     _write_settings(work_dir, prepack, 0, seeded_from)  # before tuning: an interrupted run still says how it was prepared
     with quiet_metaschedule():
-        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed)
+        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed, space_for)
     _write_settings(work_dir, prepack, budget_trials / len(tasks))
     if not _measured_records(_load_database(work_dir), target):
         raise TuningDatabaseError(
@@ -462,6 +477,7 @@ def _run_tuning(
     budget: int,
     progress: bool,
     seed: int | None = None,
+    space_for: Callable[[object], object] | None = None,
 ) -> None:
     """MetaSchedule's ``tune_tasks`` with the in-process builder and a progress bar."""
     per_round = min(MAX_TRIALS_PER_ROUND, max_trials_per_task)
@@ -469,9 +485,16 @@ def _run_tuning(
     strategy = ms.search_strategy.EvolutionarySearch(
         population_size=population, init_min_unmeasured=min(50, population)
     )
-    contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-        tasks, str(work_dir), strategy=strategy, num_threads=_num_threads(target), seed=seed
-    )
+    # MetaSchedule's extracted_tasks_to_tune_contexts, with a search space per kernel
+    loggers = get_loggers_from_work_dir(str(work_dir), [t.task_name for t in tasks])
+    contexts = [
+        ms.TuneContext(mod=task.dispatched[0], target=task.target,
+                       space_generator=space_for(task) if space_for else "post-order-apply",
+                       search_strategy=strategy, task_name=task.task_name, logger=logger, rand_state=rand_state,
+                       num_threads=_num_threads(target)).clone()
+        for task, logger, rand_state in zip(tasks, loggers, fork_seed(seed, n=len(tasks)))
+    ]
+    weights = [task.weight for task in tasks]
     runner = ms.runner.LocalRunner()
     try:
         with progress_bar(tasks, budget, disable=not progress) as callbacks:
@@ -532,6 +555,7 @@ def _load_database(work_dir: str | Path) -> ms.database.JSONDatabase:
         )
     for name in (WORKLOAD_FILE, RECORD_FILE):
         _check_json_lines(work_dir / name)
+    import_tensor_intrinsics()  # records that tensorize name their intrinsic
     try:
         return ms.database.JSONDatabase(
             str(work_dir / WORKLOAD_FILE), str(work_dir / RECORD_FILE), allow_missing=False
@@ -722,6 +746,8 @@ def compile_tuned(
         "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack, transfer)
     )
     compiled = load_executable(executable, imported, target)
+    if cache.path_for("tuned", cache_key).is_file():
+        compiled.library = cache.path_for("tuned", cache_key)
     if _has_function(compiled.vm, "main_transform_params"):
         compiled.params = list(compiled.vm["main_transform_params"](compiled.params))
     return compiled
