@@ -49,8 +49,10 @@ test: env browser
 	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)
 
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
+# Then Day 12's int8 comparison on MobileNetV2 (PyTorch fp32 and int8, TVM fp32 and int8 tuned).
 benchmark: env
 	$(BIN)/python -m helpers.benchmark table $(MODELS)
+	$(BIN)/python -m helpers.benchmark int8
 
 # Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.
 capstone: env

@@ -306,6 +306,69 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
     return "\n".join(lines)
 
 
+INT8_IMAGES = 32
+
+
+def int8_run(repeats: int = 30, images: int = INT8_IMAGES) -> dict:
+    """Day 12's comparison on MobileNetV2, batch 1: PyTorch fp32 and int8, TVM fp32 and int8 tuned, timed
+    interleaved in one run, with each int8 build's top-1 agreement with float32 on held-out images."""
+    from . import quantize
+
+    target = machine.cpu_target()
+    float_model, quantized, _ = quantize.quantized_model()
+    x = models.example_input(seed=1)
+    int8_db = databases.choose(quantize.database_model(target), quantized, target, tune_if_missing=False)
+    tvm_int8 = int8_db.compile(quantized, target)
+    float_imported = models.import_to_relax(float_model, x)
+    fp32_db = databases.choose("mobilenet_v2", float_imported, target, tune_if_missing=False)
+    tvm_fp32 = fp32_db.compile(float_imported, target)
+    check_parity(tvm_fp32, float_model, x)
+    torch_int8 = quantize.torch_int8(float_model, quantize.calibration_inputs())
+    held_out = [models.example_input(seed=1000 + i) for i in range(images)]
+    accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), "TVM int8 tuned": tvm_int8},
+                                  held_out)
+    load = _load_average()
+    timings = timing.measure({"PyTorch fp32": timing.torch_runner(float_model, x),
+                              "PyTorch int8": timing.torch_runner(torch_int8, x),
+                              "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
+                              "TVM int8 tuned": timing.tvm_runner(tvm_int8, x)}, warmup=3, repeats=repeats)
+    top1 = {"PyTorch fp32": 1.0, "TVM fp32 tuned": 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
+    return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
+            "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
+            "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()},
+            "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
+            "load_average": [load, _load_average()]}
+
+
+def format_int8(result: dict, machine_summary: str) -> str:
+    """The int8 comparison as Markdown."""
+    lines = [f"Machine: {machine_summary}", "",
+             "| build | median ms (IQR) | speedup over PyTorch fp32 | top-1 agreement with fp32 |",
+             "| --- | ---: | ---: | ---: |"]
+    for r in result["rows"]:
+        lines.append(f"| {r['backend']} | {r['median_ms']:.2f} ({r['q3_ms'] - r['q1_ms']:.2f}) | {r['speedup']:.2f}x "
+                     f"| {100 * r['top1']:.0f} % |")
+    errors = "; ".join(f"{k}: {v['error']:.3f}" for k, v in result["accuracy"].items())
+    lines += ["", f"MobileNetV2, batch 1, interleaved in one run. Agreement on {result['held_out_images']} held-out "
+              f"images; median relative error of the logits: {errors}.",
+              f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
+    return "\n".join(lines)
+
+
+def run_int8(repeats: int = 30, save: bool = True) -> str:
+    """Day 12's int8 comparison, printed and kept in results/int8-<cpu>-<cores>cores.{json,md}."""
+    info = machine.describe()
+    result = int8_run(repeats)
+    text = format_int8(result, info.summary())
+    print(text)
+    if save:
+        target = machine.cpu_target()
+        record = save_record(results_path(target, "json", kind="int8"), machine=info.as_dict(), target=str(target), **result)
+        results_path(target, "md", kind="int8").write_text(f"# int8 on MobileNetV2, measured {record['measured']}\n\n{text}\n")
+        print(f"saved {results_path(target, 'md', kind='int8')}")
+    return text
+
+
 def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT, kind: str = "benchmark") -> Path:
     """``results/<kind>-<cpu>-<cores>cores.<suffix>``: one file per kind of result and machine kind."""
     mcpu = str(target.attrs.get("mcpu", target.kind.name))
@@ -355,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     table_cmd.add_argument("--batch", type=int, default=1)
     table_cmd.add_argument("--repeats", type=int, default=20)
     table_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    int8_cmd = sub.add_parser("int8", help="Day 12: PyTorch fp32 and int8 against TVM fp32 and int8 tuned, MobileNetV2")
+    int8_cmd.add_argument("--repeats", type=int, default=30)
+    int8_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     dispatch_cmd = sub.add_parser("dispatch-run", help="eager against tuned TVM + oneDNN convs, as JSON (run by table)")
     dispatch_cmd.add_argument("model", choices=models.available_models())
     dispatch_cmd.add_argument("--batch", type=int, default=1)
@@ -362,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "tune":
         print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from))
+    elif args.command == "int8":
+        run_int8(args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":
         print(json.dumps(dispatch_run(args.model, args.batch, args.repeats)))
     else:

@@ -236,3 +236,48 @@ def plot_transfer_study(rows: Sequence[dict], title: str = "A tuning database on
     ax.legend(loc="lower right")
     fig.tight_layout()
     return fig
+
+
+def plot_ranges(ranges: dict[str, tuple[float, float]], title: str = "Calibrated input ranges"):
+    """One vertical bar per layer from its smallest to its largest calibrated input, in call order."""
+    names = list(ranges)
+    lows = [ranges[n][0] for n in names]
+    highs = [ranges[n][1] for n in names]
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.bar(range(len(names)), [h - lo for lo, h in zip(lows, highs)], bottom=lows, color="tab:blue")
+    ax.axhline(0.0, color="black", linewidth=1)
+    ax.set_xticks(range(len(names)), [short_label(n, 18) for n in names], rotation=90, fontsize=7)
+    ax.set_xlabel("pointwise convolution (in call order)")
+    ax.set_ylabel("input value")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_layer_errors(errors: dict[str, dict[str, float]], title: str = "Quantization error per layer"):
+    """One line per scheme (``{"per tensor": {layer: error}, ...}``), layers in order, error on a log axis."""
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for scheme, by_layer in errors.items():
+        ax.plot(range(len(by_layer)), list(by_layer.values()), marker="o", markersize=3, label=scheme)
+    ax.set_yscale("log")
+    ax.set_xlabel("pointwise convolution (in call order)")
+    ax.set_ylabel("relative error of the output")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_tradeoff(rows: Sequence[dict], title: str = "Speed against agreement with float32"):
+    """Each backend a point: speedup over the baseline (x) against top-1 agreement with float32 (y)."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for row in rows:
+        ax.scatter(row["speedup"], 100 * row["top1"], s=60)
+        ax.annotate(row["backend"], (row["speedup"], 100 * row["top1"]), textcoords="offset points", xytext=(6, 4))
+    ax.axvline(1.0, color="black", linewidth=1)
+    ax.set_xlabel("speedup over the baseline (x)")
+    ax.set_ylabel("top-1 agreement with float32 (%)")
+    ax.set_xlim(left=0)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig

@@ -497,3 +497,96 @@ def test_day13_hidden_decision_tests_alone_catch_a_misplaced_overhead(wrong):
 def test_day13_decision_tests_refuse_a_kernel_the_library_cannot_run():
     with pytest.raises(CourseError, match="cannot be offloaded"):
         exec(_cell(DAY13, "test_choose_offload"), _day13_namespace(choose_offload=_everything_faster))
+
+
+# ---------------------------------------------------------------- Day 12: int8
+
+DAY12 = "day12_int8"
+
+
+def _qparams(include_zero: bool = True, symmetric_abs: bool = True, round_zero_point: bool = True):
+    """Exercise 1 with one mistake switched on."""
+
+    def qparams(x, dtype):
+        x = np.asarray(x, dtype=np.float64)
+        if dtype == "uint8":
+            low, high = (min(x.min(), 0.0), max(x.max(), 0.0)) if include_zero else (x.min(), x.max())
+            scale = float(high - low) / 255 or 1.0
+            zp = -low / scale
+            return scale, int(np.clip(round(zp), 0, 255)) if round_zero_point else int(zp)
+        if dtype == "int8":
+            m = np.abs(x).max() if symmetric_abs else x.max()
+            return float(m / 127 or 1.0), 0
+        raise ValueError(dtype)
+
+    return qparams
+
+
+def _layer_error(zero_point: bool = True, honour_per_channel: bool = True):
+    """Exercise 2 with one mistake switched on (Exercise 1 done right)."""
+    right = _qparams()
+
+    def layer_error(w, x, per_channel):
+        sx, zx = right(x, "uint8")
+        xq = np.clip(np.round(x / sx) + zx, 0, 255).astype(np.int64)
+        if per_channel and honour_per_channel:
+            sw = np.array([right(r, "int8")[0] for r in w])
+        else:
+            sw = np.full(w.shape[0], right(w, "int8")[0])
+        wq = np.clip(np.round(w / sw[:, None]), -127, 127).astype(np.int64)
+        y = ((xq - (zx if zero_point else 0)) @ wq.T) * sx * sw[None, :]
+        return build.relative_error(y, x.astype(np.float64) @ w.T.astype(np.float64))
+
+    return layer_error
+
+
+def _choose_build_by_median(rows, min_top1):
+    ok = sorted((r for r in rows if r["top1"] >= min_top1), key=lambda r: r["median_ms"])
+    return ok[0]["backend"] if ok else None
+
+
+def _day12_namespace(**extra) -> dict:
+    return dict(np=np, build=build) | extra
+
+
+def test_day12_solutions_pass_their_tests():
+    namespace = _day12_namespace()
+    for solution, tests in [("qparams", "test_qparams"), ("layer_error", "test_layer_error"),
+                            ("choose_build", "test_choose_build")]:
+        exec(_cell(DAY12, solution), namespace)
+        exec(_cell(DAY12, tests), namespace)
+
+
+@pytest.mark.parametrize("mistake", [dict(include_zero=False), dict(symmetric_abs=False)])
+def test_day12_hidden_qparams_tests_alone_catch_a_range_without_zero_or_sign(mistake):
+    visible, hidden = _parts(DAY12, "test_qparams")
+    namespace = _day12_namespace(qparams=_qparams(**mistake))
+    exec(visible, namespace)  # [-1, 0, 3] has 0 inside and its largest magnitude on the positive side
+    with pytest.raises(AssertionError):
+        exec(hidden, namespace)
+
+
+def test_day12_qparams_tests_catch_a_truncated_zero_point():
+    namespace = _day12_namespace(qparams=_qparams(round_zero_point=False))
+    with pytest.raises(AssertionError):
+        exec(_cell(DAY12, "test_qparams"), namespace)
+
+
+def test_day12_layer_tests_catch_a_forgotten_zero_point():
+    namespace = _day12_namespace(qparams=_qparams(), layer_error=_layer_error(zero_point=False))
+    with pytest.raises(AssertionError, match="relative error"):
+        exec(_cell(DAY12, "test_layer_error"), namespace)
+
+
+def test_day12_layer_tests_catch_per_tensor_weights_when_per_channel_is_asked():
+    namespace = _day12_namespace(qparams=_qparams(), layer_error=_layer_error(honour_per_channel=False))
+    with pytest.raises(AssertionError, match="per_channel=True"):
+        exec(_cell(DAY12, "test_layer_error"), namespace)
+
+
+def test_day12_hidden_choice_tests_alone_catch_a_choice_by_median_only():
+    visible, hidden = _parts(DAY12, "test_choose_build")
+    namespace = _day12_namespace(choose_build=_choose_build_by_median)
+    exec(visible, namespace)
+    with pytest.raises(AssertionError, match="clearly faster"):
+        exec(hidden, namespace)

@@ -1,0 +1,407 @@
+"""Post-training int8 quantization of a model's pointwise convolutions, in Relax (Day 12).
+
+The recipe is the classic one, written out so that each step can be read:
+
+1. **Fold BatchNorm** into the convolutions (``fold_batch_norms``): an inference BatchNorm is
+   a per-channel multiply-add, so the quantized weights must already contain it.
+2. **Calibrate** (``calibrate``): run the float model on sample inputs and record the range of
+   every pointwise convolution's input.
+3. **Rewrite** (``quantize_pointwise_convs``): each 1x1 convolution becomes
+   ``quantize -> int8 matmul (uint8 x int8 -> int32) -> dequantize``. Activations are
+   asymmetric uint8 per tensor, weights symmetric int8 per output channel, packed as
+   ``helpers.int8.pack_weight`` lays them out for the VNNI instruction. The activation's
+   zero point is folded into the dequantize: ``sum_k (xq - zp) w = sum_k xq w - zp sum_k w``.
+
+Pointwise convolutions carry most of MobileNetV2's arithmetic and are matrix products in
+NHWC, the layout ``vpdpbusd`` wants (4 consecutive input channels, 16 consecutive output
+channels). Depthwise convolutions (9 products per output, no reduction over channels for
+the instruction to work on), the stem and the classifier stay float32.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax
+
+from . import int8, models
+from .build import relative_error
+from .errors import CourseError
+from .models import ImportedModel
+
+U8_MAX, S8_MAX = 255, 127
+MODEL = "mobilenet_v2"
+CALIBRATION_SEEDS = range(100, 104)  # four batches of four seeded images; held-out inputs use other seeds
+CALIBRATION_BATCH = 4
+
+
+# ------------------------------------------------------------------ the model side
+
+
+def calibration_inputs() -> list[torch.Tensor]:
+    """The sample inputs every calibration in the course uses (seeded, so a database's kernels match)."""
+    return [models.example_input(batch=CALIBRATION_BATCH, seed=s) for s in CALIBRATION_SEEDS]
+
+
+def float_model(name: str = MODEL) -> tuple[torch.nn.Module, bool]:
+    """(the float32 model, whether its weights are trained).
+
+    Trained ImageNet weights where they can be had; otherwise seeded random weights with their
+    BatchNorm statistics re-estimated on the calibration inputs (``with_batchnorm_statistics``).
+    """
+    model = models.load_model(name, pretrained=True)
+    trained = models.pretrained_available(name)
+    return (model if trained else with_batchnorm_statistics(model, calibration_inputs())), trained
+
+
+def with_batchnorm_statistics(model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> torch.nn.Module:
+    """A copy of ``model`` whose BatchNorm running statistics are re-estimated on ``inputs``.
+
+    A randomly initialised network has running means 0 and variances 1 that fit none of its
+    layers: MobileNetV2's logits shrink to about 1e-8 and every input gets the same class.
+    Re-estimated statistics normalise each layer as training would, so activations have the
+    ranges of a real network and quantization error means something. Trained weights need
+    none of this.
+    """
+    model = copy.deepcopy(model)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for bn in norms:
+        bn.reset_running_stats()
+        bn.momentum = None  # a cumulative average over all the batches
+    model.train()
+    with torch.no_grad():
+        for x in inputs:
+            model(x)
+    return model.eval()
+
+
+def fold_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of ``model`` with every ``Conv2d`` followed by a ``BatchNorm2d`` (in a ``Sequential``) fused."""
+    model = copy.deepcopy(model).eval()
+    for seq in [m for m in model.modules() if isinstance(m, torch.nn.Sequential)]:
+        names = list(seq._modules)
+        for a, b in zip(names, names[1:]):
+            conv, bn = seq._modules[a], seq._modules[b]
+            if isinstance(conv, torch.nn.Conv2d) and isinstance(bn, torch.nn.BatchNorm2d):
+                seq._modules[a] = torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)
+                seq._modules[b] = torch.nn.Identity()
+    return model
+
+
+def is_pointwise(conv: torch.nn.Conv2d) -> bool:
+    """A 1x1, stride-1, ungrouped convolution: a matrix product over the channels."""
+    return conv.kernel_size == (1, 1) and conv.stride == (1, 1) and conv.groups == 1 and conv.padding in ((0, 0), "valid")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The smallest and largest value a tensor took during calibration."""
+
+    low: float
+    high: float
+
+
+def calibrate(model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> dict[str, Range]:
+    """The range of every pointwise convolution's input over ``inputs``, by module name, in call order."""
+    ranges: dict[str, Range] = {}
+    hooks = []
+
+    def record(name):
+        def hook(_module, args):
+            x = args[0].detach()
+            lo, hi = float(x.min()), float(x.max())
+            old = ranges.get(name)
+            ranges[name] = Range(lo, hi) if old is None else Range(min(old.low, lo), max(old.high, hi))
+        return hook
+
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Conv2d) and is_pointwise(module):
+            hooks.append(module.register_forward_pre_hook(record(name)))
+    try:
+        with torch.no_grad():
+            for x in inputs:
+                model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return ranges
+
+
+# ------------------------------------------------------------------ the arithmetic
+
+
+def activation_params(r: Range) -> tuple[float, int]:
+    """Asymmetric uint8: (scale, zero point) that map ``[low, high]`` (widened to hold 0) onto 0..255."""
+    low, high = min(r.low, 0.0), max(r.high, 0.0)
+    scale = (high - low) / U8_MAX or 1.0
+    zero_point = int(np.clip(round(-low / scale), 0, U8_MAX))
+    return float(scale), zero_point
+
+
+def quantize_weight(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per output channel: (int8 weight, one scale per row of ``w``'s first axis)."""
+    flat = w.reshape(w.shape[0], -1)
+    scale = np.abs(flat).max(axis=1) / S8_MAX
+    scale[scale == 0] = 1.0
+    q = np.clip(np.round(flat / scale[:, None]), -S8_MAX, S8_MAX).astype("int8")
+    return q.reshape(w.shape), scale.astype("float32")
+
+
+# ------------------------------------------------------------------ the Relax rewrite
+
+
+def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
+    return np.concatenate([a, np.zeros((rows - a.shape[0], *a.shape[1:]), a.dtype)]) if rows > a.shape[0] else a
+
+
+@relax.expr_functor.mutator
+class _PointwiseToInt8(relax.PyExprMutator):
+    """Replaces each float32 1x1 NCHW conv2d with a constant weight, in order, by its int8 version."""
+
+    def __init__(self, mod: tvm.IRModule, params: list[tuple[float, int]]):
+        super().__init__(mod)
+        self.params = list(params)
+        self.rewritten = 0
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        x, w = call.args
+        a = call.attrs
+        layouts = (a.data_layout, a.kernel_layout, a.out_layout)
+        if not isinstance(w, tvm.ir.expr.Constant) or layouts not in (("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")):
+            return call
+        nhwc = a.data_layout == "NHWC"
+        weight = w.value.numpy()
+        if (weight.shape[1:3] if nhwc else weight.shape[2:4]) != (1, 1) or int(a.groups) != 1 or [int(s) for s in a.strides] != [1, 1] \
+                or any(int(p) for p in a.padding) or weight.dtype != np.float32:
+            return call
+        weight = weight[:, 0, 0, :] if nhwc else weight[:, :, 0, 0]
+        self.rewritten += 1  # counted even past the calibrated ones: the caller compares the counts
+        if self.rewritten > len(self.params):
+            return call
+        scale_x, zp = self.params[self.rewritten - 1]
+        c = int(x.ty.shape[3 if nhwc else 1])
+        n = weight.shape[0]
+        n_pad = -(-n // int8.LANES) * int8.LANES
+        if c % int8.GROUP:
+            return call
+        wq, scale_w = quantize_weight(weight)
+        wq = _pad_rows(wq, n_pad)
+        col_sums = wq.astype("int32").sum(axis=1)
+        emit = self.builder_.emit
+        data = x if nhwc else emit(relax.op.permute_dims(x, [0, 2, 3, 1]))
+        # Scale and zero point as per-channel vectors (all equal), not scalars: a scalar is compiled into the
+        # kernel as an immediate, so every calibration would make new kernels that no tuning database knows.
+        xq = emit(relax.op.quantize(data, relax.const(np.full(c, scale_x, "float32")),
+                                    relax.const(np.full(c, zp, "int32")), axis=3, out_dtype="uint8"))
+        acc = self.builder_.emit_te(int8.matmul_u8s8_compute, xq, relax.const(int8.pack_weight(wq), "int8"),
+                                    primfunc_name_hint="int8_conv1x1")
+        y = emit(relax.op.dequantize(acc, relax.const(_pad_rows(scale_w, n_pad) * scale_x, "float32"),
+                                     relax.const((zp * col_sums).astype("int32"), "int32"), axis=3))
+        if n_pad != n:
+            y = emit(relax.op.strided_slice(y, axes=[3], begin=[0], end=[n]))
+        return y if nhwc else relax.op.permute_dims(y, [0, 3, 1, 2])
+
+
+def bind_weights(imported: ImportedModel) -> tvm.IRModule:
+    """``imported``'s module with its weights bound as constants (the rewrite reads them)."""
+    main = imported.mod["main"]
+    bindings = {var: tensor for var, tensor in zip(main.params[1:], imported.params)}
+    return relax.transform.BindParams("main", bindings)(imported.mod)
+
+
+def _clip_as_min_max(mod: tvm.IRModule) -> tvm.IRModule:
+    """``clip(x, lo, hi)`` as ``minimum(maximum(x, lo), hi)``: ConvertLayout knows no layout for ``clip``
+    and would go back to NCHW around every ReLU6; the two element-wise ops follow any layout."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    def rewrite(call: relax.Call, _matches) -> relax.Expr:
+        x, lo, hi = call.args
+        dtype = x.ty.dtype
+        lo, hi = relax.const(float(lo.value), dtype), relax.const(float(hi.value), dtype)
+        return relax.op.minimum(relax.op.maximum(x, lo), hi)
+
+    out = mod.clone()
+    out["main"] = rewrite_call(is_op("relax.clip")(wildcard(), wildcard(), wildcard()), rewrite, mod["main"])
+    return out
+
+
+def to_nhwc(mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with its convolutions in NHWC (channels last), weights bound and re-laid out once, here."""
+    mod = relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "OHWI"]})(_clip_as_min_max(mod))
+    return relax.transform.FoldConstant()(mod)
+
+
+def quantize_pointwise_convs(imported: ImportedModel, ranges: dict[str, Range], nhwc: bool = True) -> ImportedModel:
+    """``imported`` with every pointwise convolution in int8, calibrated by ``ranges`` (``calibrate``).
+
+    The weights are bound into the module as constants (the int8 ones packed for VNNI); the
+    result takes the input only. With ``nhwc`` the whole model runs channels-last, the layout
+    the int8 kernels read and write; otherwise each one transposes its input and output.
+    """
+    mod = bind_weights(imported)
+    if nhwc:
+        mod = to_nhwc(mod)
+    rewriter = _PointwiseToInt8(mod, [activation_params(r) for r in ranges.values()])
+    main = rewriter.visit_expr(mod["main"])
+    out = rewriter.builder_.get()
+    out["main"] = main
+    if rewriter.rewritten != len(ranges):
+        raise CourseError(f"{len(ranges)} pointwise convolutions were calibrated but the module has "
+                          f"{rewriter.rewritten}: calibrate the same model that was imported.")
+    out = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(out)))
+    return ImportedModel(mod=out, params=[], input_shape=imported.input_shape, input_dtype=imported.input_dtype)
+
+
+# ------------------------------------------------------------------ tuning and building
+
+
+def is_int8_kernel(task) -> bool:
+    """True for a kernel that multiplies uint8 activations by int8 weights (a task of ``tuning.tune``)."""
+    func = task.dispatched[0]["main"]
+    dtypes = {str(p.dtype) for p in func.params}
+    return {"uint8", "int8"} <= dtypes
+
+
+def space_for(target: tvm.target.Target):
+    """``tuning.tune``'s ``space_for``: the VNNI space for int8 kernels where ``target`` has VNNI, else the default."""
+    vnni = int8.has_vnni(target)
+    return lambda task: int8.vnni_space() if vnni and is_int8_kernel(task) else "post-order-apply"
+
+
+def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> torch.nn.Module:
+    """PyTorch's own int8 MobileNetV2 (``torch.ao`` eager quantization, the x86 backend) with ``model``'s weights,
+    calibrated on ``inputs``: the baseline an int8 TVM model has to beat."""
+    import warnings
+
+    import torch.ao.quantization as tq
+    from torchvision.models.quantization import mobilenet_v2
+
+    with warnings.catch_warnings():  # torch.ao's eager mode warns that it is deprecated in favour of pt2e
+        warnings.simplefilter("ignore")
+        q = mobilenet_v2(weights=None, quantize=False).eval()
+        q.load_state_dict(model.state_dict())
+        q.fuse_model(is_qat=False)
+        q.qconfig = tq.get_default_qconfig("x86")
+        torch.backends.quantized.engine = "x86"
+        tq.prepare(q, inplace=True)
+        with torch.no_grad():
+            for x in inputs:
+                q(x)
+        return tq.convert(q, inplace=True)
+
+
+def database_model(target: tvm.target.Target) -> str:
+    """The name the int8 model's tuning databases go by on ``target``: VNNI kernels do not run without VNNI."""
+    return f"{MODEL}_int8" if int8.has_vnni(target) else f"{MODEL}_int8_novnni"
+
+
+def quantized_model(example: torch.Tensor | None = None) -> tuple[torch.nn.Module, ImportedModel, dict[str, Range]]:
+    """The course's int8 MobileNetV2, end to end: (float model, int8 Relax module, calibrated ranges)."""
+    model, _ = float_model()
+    folded = fold_batch_norms(model)
+    ranges = calibrate(folded, calibration_inputs())
+    example = models.example_input() if example is None else example
+    return model, quantize_pointwise_convs(models.import_to_relax(folded, example), ranges), ranges
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m helpers.quantize tune TRIALS``: tune the int8 model into the shipped databases (tuning/)."""
+    import argparse
+
+    from . import databases, machine, tuning
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.quantize")
+    sub = parser.add_subparsers(dest="command", required=True)
+    tune = sub.add_parser("tune", help="tune the int8 MobileNetV2 for this CPU into tuning/")
+    tune.add_argument("trials", type=int, help="trials per kernel")
+    args = parser.parse_args(argv)
+    target = machine.cpu_target()
+    _, quantized, _ = quantized_model()
+    work_dir = databases.database_dir(database_model(target), target)
+    tuning.tune(quantized.mod, target, work_dir, max_trials_per_task=args.trials, space_for=space_for(target))
+    kept = tuning.prune_database(work_dir)
+    print(f"{work_dir}: {kept} records kept (the best per kernel)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+# ------------------------------------------------------------------ measuring the error
+
+
+def layer_inputs(model: torch.nn.Module, x: torch.Tensor) -> dict[str, np.ndarray]:
+    """The input of every pointwise convolution on ``x``, as ``[pixels, channels]`` matrices, in call order."""
+    found: dict[str, np.ndarray] = {}
+    hooks = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Conv2d) and is_pointwise(module):
+            def hook(_module, args, name=name):
+                found[name] = args[0].detach().permute(0, 2, 3, 1).reshape(-1, args[0].shape[1]).numpy()
+            hooks.append(module.register_forward_pre_hook(hook))
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    return found
+
+
+def int8_matmul_error(w: np.ndarray, x: np.ndarray, per_channel: bool) -> float:
+    """The worst relative error (``build.relative_error``) over the output channels of ``x @ w.T``, computed with
+    ``x`` in uint8 (per tensor) and ``w`` in int8 (per channel or per tensor): Day 12's Exercise 2."""
+    scale_x, zp = activation_params(Range(float(x.min()), float(x.max())))
+    xq = np.clip(np.round(x / scale_x) + zp, 0, U8_MAX).astype(np.int64) - zp
+    if per_channel:
+        wq, scale_w = quantize_weight(w)
+    else:
+        m = float(np.abs(w).max()) / S8_MAX or 1.0
+        wq, scale_w = np.clip(np.round(w / m), -S8_MAX, S8_MAX).astype("int8"), np.full(w.shape[0], m)
+    y = (xq @ wq.astype(np.int64).T) * scale_x * scale_w[None, :]
+    want = x.astype(np.float64) @ w.T.astype(np.float64)
+    return max(relative_error(y[:, c], want[:, c]) for c in range(w.shape[0]))
+
+
+def layer_errors(model: torch.nn.Module, inputs: dict[str, np.ndarray], per_channel: bool) -> dict[str, float]:
+    """``int8_matmul_error`` of every pointwise convolution of ``model`` on its input (``layer_inputs``)."""
+    modules = dict(model.named_modules())
+    return {name: int8_matmul_error(modules[name].weight.detach().numpy()[:, :, 0, 0], x, per_channel)
+            for name, x in inputs.items()}
+
+
+def agreement(model: torch.nn.Module, outputs: dict, images: Iterable[torch.Tensor]) -> dict[str, dict[str, float]]:
+    """For each ``label: run(x) -> logits``: how often its top-1 class is the float model's, and the median
+    relative error of its logits (``build.relative_error``), over ``images``."""
+    images = list(images)
+    with torch.no_grad():
+        reference = [model(x).numpy() for x in images]
+    result = {}
+    for label, run in outputs.items():
+        got = [np.asarray(run(x)) for x in images]
+        result[label] = {
+            "top1": float(np.mean([g.argmax(-1) == r.argmax(-1) for g, r in zip(got, reference)])),
+            "error": float(np.median([relative_error(g, r) for g, r in zip(got, reference)])),
+        }
+    return result
+
+
+def tradeoff_rows(timings, agreement: dict[str, float], baseline: str) -> list[dict]:
+    """One row per timing: backend, median and quartiles (ms), speedup over ``baseline``, top-1 agreement."""
+    base = {t.label: t.median_ms for t in timings}
+    if baseline not in base:
+        raise CourseError(f"No timing labelled {baseline!r}; the labels are {sorted(base)}.")
+    missing = sorted(set(base) - set(agreement))
+    if missing:
+        raise CourseError(f"No top-1 agreement for {missing}: give one for every backend timed.")
+    return [dict(backend=t.label, median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms,
+                 speedup=base[baseline] / t.median_ms, top1=agreement[t.label]) for t in timings]

@@ -1,0 +1,172 @@
+"""Post-training int8 quantization in Relax (helpers.quantize, Day 12): real models, real builds."""
+
+import numpy as np
+import pytest
+import torch
+import tvm
+import tvm_ffi
+
+from helpers import build, databases, export, int8, ir, machine, models, quantize, timing, tuning
+from helpers.errors import CourseError
+
+TARGET = machine.cpu_target()
+
+
+class Pointwise(torch.nn.Module):
+    """Stem, a depthwise block with two pointwise convolutions (one with 24 outputs: padded to 32 for
+    VNNI), a residual add and BatchNorms: every case the rewrite handles, in milliseconds."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+                                        torch.nn.ReLU6())
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.ReLU6())
+        self.depthwise = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False),
+                                             torch.nn.BatchNorm2d(32), torch.nn.ReLU6())
+        self.project = torch.nn.Sequential(torch.nn.Conv2d(32, 24, 1, bias=False), torch.nn.BatchNorm2d(24))
+        self.skip = torch.nn.Conv2d(16, 24, 1)
+
+    def forward(self, x):
+        s = self.stem(x)
+        return self.project(self.depthwise(self.expand(s))) + self.skip(s)
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    model = quantize.with_batchnorm_statistics(Pointwise().eval(), inputs)
+    folded = quantize.fold_batch_norms(model)
+    x = torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(9))
+    return model, folded, quantize.calibrate(folded, inputs), x
+
+
+def test_activation_params_cover_the_range_and_represent_zero_exactly():
+    for low, high in [(-1.0, 3.0), (0.5, 6.0), (-4.0, -1.0), (0.0, 0.0)]:
+        scale, zp = quantize.activation_params(quantize.Range(low, high))
+        assert scale > 0 and 0 <= zp <= 255 and isinstance(zp, int)
+        assert scale * (0 - zp) <= min(low, 0.0) + scale / 2 and scale * (255 - zp) >= max(high, 0.0) - scale / 2
+        assert scale * (zp - zp) == 0.0
+
+
+def test_per_channel_weights_round_trip_within_half_a_step_of_their_own_channel():
+    w = np.random.default_rng(0).normal(0, 1, (6, 10)) * np.logspace(-3, 0, 6)[:, None]
+    q, scale = quantize.quantize_weight(w.astype(np.float32))
+    assert q.dtype == np.int8 and scale.shape == (6,) and np.abs(q).max() <= 127
+    assert np.all(np.abs(q * scale[:, None] - w) <= scale[:, None] / 2 + 1e-7)
+
+
+def test_folding_batch_norm_keeps_the_output_and_removes_every_batch_norm(small):
+    model, folded, _, x = small
+    with torch.no_grad():
+        assert build.relative_error(folded(x).numpy(), model(x).numpy()) < 1e-5
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+
+
+def test_random_weights_get_batch_norm_statistics_that_separate_inputs():
+    """A random MobileNetV2 says the same class for everything; with re-estimated statistics it does not."""
+    model, trained = quantize.float_model()
+    if trained:
+        pytest.skip("trained weights are available here")
+    images = [models.example_input(seed=s) for s in range(4)]
+    with torch.no_grad():
+        classes = {int(model(x).argmax()) for x in images}
+        logits = model(images[0])
+    assert len(classes) > 1 and float(logits.std()) > 1e-3
+
+
+def test_calibration_records_each_pointwise_input_in_call_order(small):
+    _, folded, ranges, _ = small
+    assert list(ranges) == ["expand.0", "project.0", "skip"]  # the 3x3 stem and the depthwise conv are not
+    assert ranges["project.0"].low >= 0.0 and ranges["project.0"].high <= 6.0  # after a ReLU6
+
+
+@pytest.mark.parametrize("nhwc", [True, False])
+def test_the_int8_module_runs_close_to_float_with_every_pointwise_conv_in_int8(small, nhwc):
+    model, folded, ranges, x = small
+    imported = models.import_to_relax(folded, x)
+    quantized = quantize.quantize_pointwise_convs(imported, ranges, nhwc=nhwc)
+    ops = ir.op_histogram(quantized.mod)
+    assert ops["nn.conv2d"] == 2 and ops["quantize"] == 3 and ops["dequantize"] == 3 and ops["call_tir"] == 3
+    assert quantized.params == []  # weights are bound: the int8 ones packed
+    compiled = build.compile_model(quantized)
+    with torch.no_grad():
+        want = model(x).numpy()
+    error = build.relative_error(compiled(x), want)
+    assert 0 < error < 0.05, f"int8 is {error:.3g} away from float32"
+
+
+def test_calibrating_another_model_is_refused(small):
+    _, folded, ranges, x = small
+    imported = models.import_to_relax(folded, x)
+    with pytest.raises(CourseError, match="calibrate the same model"):
+        quantize.quantize_pointwise_convs(imported, dict(list(ranges.items())[:2]))
+
+
+def test_scales_do_not_change_the_kernels_a_database_is_keyed_by(small):
+    """Calibration values are data, not code: another calibration gives the same kernels."""
+    _, folded, ranges, x = small
+    imported = models.import_to_relax(folded, x)
+    widened = {k: quantize.Range(r.low - 1.0, r.high * 2) for k, r in ranges.items()}
+    hashes = []
+    for r in (ranges, widened):
+        tasks = tuning._tasks(build.fuse(quantize.quantize_pointwise_convs(imported, r).mod, TARGET), TARGET)
+        hashes.append(sorted(tvm_ffi.structural_hash(t.dispatched[0]) for t in tasks))
+    assert hashes[0] == hashes[1]
+
+
+@pytest.mark.skipif(not int8.has_vnni(TARGET), reason="this CPU has no AVX-512 VNNI")
+def test_tuning_puts_vpdpbusd_into_the_int8_kernels_and_keeps_the_numbers(small, tmp_path):
+    model, folded, ranges, x = small
+    quantized = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
+    untuned = build.compile_model(quantized)(x)
+    tuning.tune(quantized.mod, TARGET, tmp_path / "db", max_trials_per_task=2, progress=False,
+                space_for=quantize.space_for(TARGET))
+    executable = tuning.build_tuned(quantized.mod, TARGET, tmp_path / "db")
+    executable.export_library(str(tmp_path / "int8.so"))
+    counts = export.instruction_counts(tmp_path / "int8.so", ["vpdpbusd"])
+    assert counts["vpdpbusd"] > 0
+    tuned = build.load_executable(executable, quantized, TARGET)(x)
+    assert build.relative_error(tuned, untuned) < 1e-5  # the same integer arithmetic, scheduled
+
+
+def test_without_vnni_the_int8_kernels_get_the_default_space_and_their_own_databases():
+    no_vnni = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    assert not int8.has_vnni(no_vnni)
+    assert quantize.database_model(no_vnni) != quantize.database_model(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"}))
+
+    class Task:  # what space_for reads of an extracted task
+        dispatched = [int8.matmul_u8s8(16, 16, 16)]
+
+    assert quantize.space_for(no_vnni)(Task()) == "post-order-apply"
+    if int8.has_vnni(TARGET):
+        assert quantize.space_for(TARGET)(Task()) != "post-order-apply"
+
+
+def test_the_shipped_int8_database_covers_every_kernel_of_the_course_model():
+    """Day 12 builds with it: a change to the rewrite or the calibration must come with a new database."""
+    _, quantized, _ = quantize.quantized_model()
+    tasks = tuning._tasks(build.fuse(quantized.mod, TARGET), TARGET)
+    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{quantize.MODEL}_int8-b1-*cores"))
+    assert shipped, "no int8 database ships in tuning/: python -m helpers.quantize tune 16"
+    for path in shipped:
+        db = tuning._load_database(path)
+        missing = [t.task_name for t in tasks if not db.has_workload(t.dispatched[0])]
+        assert not missing, f"{path.name} has no record for {missing[:4]} ({len(missing)} of {len(tasks)})"
+
+
+def test_tradeoff_rows_and_agreement():
+    timings = [timing.Timing("a", 1, [10.0, 11.0, 12.0]), timing.Timing("b", 1, [2.0, 2.5, 3.0])]
+    rows = quantize.tradeoff_rows(timings, {"a": 1.0, "b": 0.75}, baseline="a")
+    assert [(r["backend"], r["speedup"], r["top1"]) for r in rows] == [("a", 1.0, 1.0), ("b", 11.0 / 2.5, 0.75)]
+    with pytest.raises(CourseError, match="No top-1 agreement"):
+        quantize.tradeoff_rows(timings, {"a": 1.0}, baseline="a")
+    with pytest.raises(CourseError, match="No timing labelled"):
+        quantize.tradeoff_rows(timings, {"a": 1.0, "b": 1.0}, baseline="c")
+
+    model = torch.nn.Linear(4, 3)
+    images = [torch.randn(1, 4, generator=torch.Generator().manual_seed(s)) for s in range(6)]
+    exact = quantize.agreement(model, {"same": lambda x: model(x).detach().numpy(),
+                                       "negated": lambda x: -model(x).detach().numpy()}, images)
+    assert exact["same"] == {"top1": 1.0, "error": 0.0}
+    assert exact["negated"]["top1"] < 1.0 and exact["negated"]["error"] > 1.0
