@@ -319,6 +319,7 @@ def tune(
     seed: int | None = 0,
     seed_from: str | Path | None = None,
     space_for: Callable[[object], object] | None = None,
+    runner: object | None = None,
 ) -> Path:
     """Tune every kernel of a Relax module for ``target``; return the database's directory.
 
@@ -356,6 +357,9 @@ def tune(
     ``space_for`` picks a search space per kernel (an extracted task in, a MetaSchedule
     space generator or ``"post-order-apply"`` out), e.g. Day 12's VNNI space for int8
     kernels only; by default every kernel gets the target's default space.
+
+    ``runner`` measures the candidates: by default a ``LocalRunner`` on this machine; an
+    ``RPCRunner`` measures them on the servers of an RPC tracker (``helpers.rpc_tuning``).
     """
     if max_trials_per_task < 1:
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
@@ -379,7 +383,7 @@ def tune(
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
     _write_settings(work_dir, prepack, 0, seeded_from)  # before tuning: an interrupted run still says how it was prepared
     with quiet_metaschedule():
-        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed, space_for)
+        _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed, space_for, runner)
     _write_settings(work_dir, prepack, budget_trials / len(tasks))
     if not _measured_records(_load_database(work_dir), target):
         raise TuningDatabaseError(
@@ -478,6 +482,7 @@ def _run_tuning(
     progress: bool,
     seed: int | None = None,
     space_for: Callable[[object], object] | None = None,
+    runner: object | None = None,
 ) -> None:
     """MetaSchedule's ``tune_tasks`` with the in-process builder and a progress bar."""
     per_round = min(MAX_TRIALS_PER_ROUND, max_trials_per_task)
@@ -495,7 +500,8 @@ def _run_tuning(
         for task, logger, rand_state in zip(tasks, loggers, fork_seed(seed, n=len(tasks)))
     ]
     weights = [task.weight for task in tasks]
-    runner = ms.runner.LocalRunner()
+    own_runner = runner is None
+    runner = ms.runner.LocalRunner() if own_runner else runner
     try:
         with progress_bar(tasks, budget, disable=not progress) as callbacks:
             ms.tune_tasks(
@@ -512,7 +518,8 @@ def _run_tuning(
                 task_scheduler="gradient",
             )
     finally:
-        runner.pool.shutdown()
+        if own_runner:
+            runner.pool.shutdown()
 
 
 @contextlib.contextmanager
