@@ -89,7 +89,8 @@ def start_tracker(port: int | None = None, host: str = "127.0.0.1") -> tuple[sub
     )
     deadline = time.monotonic() + 30
     while True:
-        try:
+        try:  # the socket first: TVM's connect waits 5 s between retries
+            socket.create_connection((host, port), timeout=1).close()
             rpc.connect_tracker(host, port).summary()
             return proc, port
         except Exception:
