@@ -5,7 +5,7 @@ import json
 import pytest
 import tvm
 
-from helpers import benchmark, databases, tuning
+from helpers import benchmark, databases, quantize, tuning
 
 
 def _target(mcpu="znver4", cores=2):
@@ -64,8 +64,12 @@ def test_read_curve_says_how_to_make_a_missing_curve(tmp_path):
         benchmark.read_curve(tmp_path)
 
 
+def _is_int8(directory) -> bool:
+    return f"{quantize.MODEL}_int8" in directory.name
+
+
 def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
-    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir()]
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and not _is_int8(p)]
     assert shipped, "the course ships at least one tuning database"
     for directory in shipped:
         curve = benchmark.read_curve(directory)
@@ -83,6 +87,20 @@ def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
         assert settings["prepack"] is True and not settings["quick"], directory.name
         assert tuning.budget(directory) == points[-1]["trials_per_task"] + (settings.get("seeded_from") or {}).get(
             "trials_per_task", 0), f"{directory.name}: the budget it says is not the one its curve shows"
+
+
+def test_shipped_int8_databases_match_their_name_and_keep_the_best_record_per_kernel():
+    """Day 12's databases (python -m helpers.quantize tune) have no eager curve: int8 has no eager twin."""
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and _is_int8(p)]
+    assert shipped, "the course ships Day 12's int8 database"
+    for directory in shipped:
+        summary = tuning.database_summary(directory)
+        assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
+        target = tvm.target.Target(json.loads(summary["targets"][0]))
+        assert directory == databases.database_dir(quantize.database_model(target), target), directory.name
+        assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
+        settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
+        assert not settings["quick"] and tuning.budget(directory) == settings["trials_per_task"], directory.name
 
 
 def test_shipped_results_name_their_machine():

@@ -39,3 +39,31 @@ def test_numpy_input_works_and_wrong_shapes_are_explained(tiny_compiled, tiny_in
 def test_cuda_module_builds_but_does_not_run_without_gpu(tiny_imported):
     with pytest.raises(NoGPUError, match="Running a CUDA module needs an NVIDIA GPU"):
         build.compile_model(tiny_imported, machine.cuda_target("sm_80"), pipeline="zero")
+
+
+def _expf_calls(executable, tmp_path) -> int:
+    import subprocess
+
+    path = tmp_path / "lib.so"
+    executable.export_library(str(path))
+    disassembly = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
+    return sum("<expf@plt>" in line for line in disassembly.splitlines() if "call" in line)
+
+
+def test_the_fused_pipeline_computes_sigmoid_without_the_c_librarys_expf(tmp_path):
+    """SiLU in TVM's default lowering calls expf per element; the course's kernels (tuning's form) do not."""
+    import tvm
+
+    from helpers import models
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.SiLU(), torch.nn.Conv2d(8, 4, 1), torch.nn.Sigmoid()).eval()
+    x = 20 * torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))  # far into both tails
+    imported = models.import_to_relax(model, x)
+    target = machine.cpu_target()
+    default = tvm.compile(imported.mod, target=target)
+    fused = tvm.compile(build.fuse(imported.mod, target), target=target)
+    assert _expf_calls(default, tmp_path) > 0
+    assert _expf_calls(fused, tmp_path) == 0
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert build.relative_error(build.load_executable(fused, imported, target)(x), want) < 1e-6
