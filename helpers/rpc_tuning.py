@@ -107,6 +107,7 @@ def start_server(tracker: str, key: str, host: str = "127.0.0.1") -> subprocess.
         [sys.executable, "-m", "tvm.exec.rpc_server", "--host", host, "--port", str(port),
          "--port-end", str(port + 1), "--tracker", tracker, "--key", key],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a group of its own: the server and the session processes it forks
     )
 
 
