@@ -19,6 +19,8 @@ have the same CPU as the target (the key says which), and the same TVM.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -49,14 +51,14 @@ class LocalCluster:
         return f"{self.host}:{self.port}"
 
     def close(self) -> None:
+        # TVM's tracker and servers each serve from a worker process of their own: end whole groups
         for proc in [*self.servers, self.tracker]:
-            if proc.poll() is None:
-                proc.terminate()
+            _signal_group(proc, signal.SIGTERM)
         for proc in [*self.servers, self.tracker]:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                _signal_group(proc, signal.SIGKILL)
                 proc.wait()
 
     def __enter__(self) -> LocalCluster:
@@ -64,6 +66,20 @@ class LocalCluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _start(args: list[str]) -> subprocess.Popen:
+    """A TVM RPC process in a group of its own: it serves from a worker process it forks."""
+    return subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal ``proc``'s whole group (``_start``'s), worker processes and all."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def free_port() -> int:
@@ -83,10 +99,7 @@ def _parse(address: str) -> tuple[str, int]:
 def start_tracker(port: int | None = None, host: str = "127.0.0.1") -> tuple[subprocess.Popen, int]:
     """Start ``python -m tvm.exec.rpc_tracker`` on ``port`` (a free one by default); wait until it answers."""
     port = port or free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    proc = _start(["tvm.exec.rpc_tracker", "--host", host, "--port", str(port), "--port-end", str(port + 1)])
     deadline = time.monotonic() + 30
     while True:
         try:  # the socket first: TVM's connect waits 5 s between retries
@@ -95,7 +108,7 @@ def start_tracker(port: int | None = None, host: str = "127.0.0.1") -> tuple[sub
             return proc, port
         except Exception:
             if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
+                _signal_group(proc, signal.SIGKILL)
                 raise CourseError(f"the RPC tracker did not start on {host}:{port} (port taken?).") from None
             time.sleep(0.2)
 
@@ -103,12 +116,8 @@ def start_tracker(port: int | None = None, host: str = "127.0.0.1") -> tuple[sub
 def start_server(tracker: str, key: str, host: str = "127.0.0.1") -> subprocess.Popen:
     """Start ``python -m tvm.exec.rpc_server`` registered under ``key`` at ``tracker`` (HOST:PORT)."""
     port = free_port()
-    return subprocess.Popen(
-        [sys.executable, "-m", "tvm.exec.rpc_server", "--host", host, "--port", str(port),
-         "--port-end", str(port + 1), "--tracker", tracker, "--key", key],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,  # a group of its own: the server and the session processes it forks
-    )
+    return _start(["tvm.exec.rpc_server", "--host", host, "--port", str(port), "--port-end", str(port + 1),
+                   "--tracker", tracker, "--key", key])
 
 
 def free_servers(tracker: str, key: str) -> int:
