@@ -13,7 +13,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser lab test benchmark capstone databases student outputs submit autograde feedback grades clean-env
+.PHONY: env browser proxy hub lab test benchmark capstone databases student outputs submit autograde feedback grades clean-env
 
 env: $(READY) $(LAB_SETTINGS)
 
@@ -45,7 +45,7 @@ lab: env
 
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
 # Two phases (tests/run_suite.py): what times nothing on two workers, then the timed tests alone.
-test: env browser
+test: env browser proxy
 	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)
 
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
@@ -86,6 +86,19 @@ feedback: env
 	$(BIN)/python -m helpers.grading feedback $(DAY)
 grades: env
 	$(BIN)/python -m helpers.grading export grades.csv
+
+# JupyterHub for a class on this machine (README, "A class on JupyterHub"). configurable-http-proxy,
+# pinned in hub/package.json and hub/package-lock.json, goes into hub/node_modules (not in git).
+PROXY := hub/node_modules/.installed
+$(PROXY): hub/package.json hub/package-lock.json
+	npm ci --prefix hub --no-audit --no-fund --loglevel=error && touch $@
+proxy:
+	@command -v npm >/dev/null && $(MAKE) -s $(PROXY) || echo "npm is missing: install Node.js 20 and npm for the hub (and its test)"
+
+# As root: learners' servers run as their own Unix accounts. HUB_ARGS=--no-release releases nothing.
+hub: env proxy
+	@[ "$$(id -u)" = 0 ] || { echo "make hub needs root (sudo make hub): the hub starts each learner's server as their Unix account and checks passwords with PAM"; exit 1; }
+	$(BIN)/python -m helpers.hub serve $(HUB_ARGS)
 
 clean-env:
 	rm -rf $(VENV)

@@ -1,0 +1,250 @@
+"""The class on JupyterHub, end to end: `make hub` on localhost with two learners and an instructor
+(Unix accounts, PAM), nbgrader's exchange driven from the Assignment List in headless Chromium, the
+instructor's collect/autograde/feedback, each learner's score and feedback, and what a learner must
+not be able to do, tried as that learner's Unix account. Screenshots land in artifacts/hub/.
+
+Needs root (Unix accounts), Debian's chromium, the pinned jupyterhub and configurable-http-proxy
+(`make test` installs them); in CI a missing one fails the test, elsewhere it skips.
+"""
+
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DAY = "day01_import"
+SHOTS = REPO / "artifacts" / "hub"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PROXY = REPO / "hub" / "node_modules" / ".installed"
+
+
+def _missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the hub needs root (Unix accounts for learners): run the test as root, as CI does"
+    if not Path(CHROMIUM).exists():
+        return "Debian's chromium is not installed (run `make browser` as root)"
+    if not PROXY.exists():
+        return "configurable-http-proxy is not installed (`make proxy`, needs npm)"
+    if not shutil.which("useradd"):
+        return "useradd is missing"
+    try:
+        import jupyterhub  # noqa: F401
+        import playwright  # noqa: F401
+    except ImportError as err:
+        return f"{err.name} is not installed (`make env`)"
+    return None
+
+
+if (why := _missing()) is not None:
+    if os.environ.get("CI"):
+        pytest.fail(f"the hub test cannot run in CI: {why}", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
+
+from playwright.sync_api import sync_playwright  # noqa: E402
+
+from helpers import grading  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _hub_cli(env, *args, user=None):
+    proc = subprocess.run([sys.executable, "-m", "helpers.hub", *args], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"helpers.hub {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _as(user: str, *cmd: str, cwd=None) -> subprocess.CompletedProcess:
+    """Run ``cmd`` as ``user``'s Unix account, with their home and the course's environment."""
+    pw = pwd.getpwnam(user)
+    env = {"HOME": pw.pw_dir, "USER": user, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+           "JUPYTER_CONFIG_PATH": os.environ["_HUB_LEARNER_CONFIG"]}
+    return subprocess.run(cmd, cwd=cwd or pw.pw_dir, env=env, user=pw.pw_uid, group=pw.pw_gid, extra_groups=[],
+                          capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def hub():
+    tag = secrets.token_hex(3)
+    instructor, learners, group = f"ti{tag}", [f"tl{tag}a", f"tl{tag}b"], f"tg{tag}"
+    root = Path(tempfile.mkdtemp(prefix="tvm-hub-", dir="/tmp"))
+    ports = [_free_port() for _ in range(3)]
+    env = {**os.environ, "TVM_HUB_ROOT": str(root), "TVM_HUB_INSTRUCTOR": instructor, "TVM_HUB_GROUP": group,
+           "TVM_HUB_IP": "127.0.0.1", "TVM_HUB_PORT": str(ports[0]), "TVM_HUB_API_PORT": str(ports[1]),
+           "TVM_HUB_PROXY_API_PORT": str(ports[2]), "TVM_HUB_MEM": "3G", "TVM_HUB_CPUS": "1"}
+    passwords = {name: secrets.token_urlsafe(12) for name in learners}
+    proc = None
+    try:
+        _hub_cli(env, "setup", "--open-path")
+        for name in learners:
+            _hub_cli(env, "add-learner", name, "--password", passwords[name])
+        assert "released" in _hub_cli(env, "release", DAY)
+        os.environ["_HUB_LEARNER_CONFIG"] = str(root / "learner-config")
+        # started the way an instructor starts it: `make hub` (the day is released already)
+        proc = subprocess.Popen(["make", "-s", "hub", "HUB_ARGS=--no-release"], cwd=REPO, env=env,
+                                stdout=open(root / "state" / "hub.log", "w"), stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        base = f"http://127.0.0.1:{ports[0]}"
+        for _ in range(120):
+            if proc.poll() is not None:
+                pytest.fail(f"`make hub` exited with {proc.returncode}:\n{(root / 'state' / 'hub.log').read_text()[-3000:]}")
+            try:
+                urllib.request.urlopen(f"{base}/hub/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("JupyterHub did not start within 60 s")
+        yield dict(base=base, env=env, root=root, instructor=instructor, learners=learners, passwords=passwords)
+    finally:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # make, the hub, its proxy; the hub stops the learners' servers
+            proc.wait(timeout=60)
+        import psutil
+
+        uids = set()
+        for name in [instructor, *learners]:
+            try:
+                uids.add(pwd.getpwnam(name).pw_uid)
+            except KeyError:
+                pass
+        for p in psutil.process_iter(["uids"]):
+            if p.info["uids"] and p.info["uids"].real in uids:
+                p.kill()  # a server this test's hub started and left behind
+        for name in [instructor, *learners]:
+            subprocess.run(["userdel", "--remove", name], capture_output=True)
+        subprocess.run(["groupdel", group], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _answer(path: Path, right: bool) -> None:
+    """Write an answer to Day 1's op histogram into the fetched notebook: the solution, or a wrong count."""
+    source = json.loads((REPO / "solutions" / DAY / f"{DAY}.ipynb").read_text())
+    solution = next(c for c in source["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "op_histogram")
+    code = "".join(solution["source"]).replace("    ### BEGIN SOLUTION\n", "").replace("    ### END SOLUTION\n", "")
+    if not right:
+        code = code.replace("return dict(counts)", "return {op: n + 1 for op, n in counts.items()}")
+    nb = json.loads(path.read_text())
+    cell = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "op_histogram")
+    cell["source"] = code
+    stat = path.stat()
+    path.write_text(json.dumps(nb, indent=1))
+    os.chown(path, stat.st_uid, stat.st_gid)
+
+
+def _assignment_list(page):
+    page.keyboard.press("Control+Shift+C")
+    page.keyboard.type("Assignment List")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("text=Released assignments", timeout=60_000)
+
+
+def _row_button(page, section: str, label: str):
+    """The button ``label`` in the Assignment List's row for DAY under ``section``."""
+    return page.locator(f"#{section} .list_item", has_text=DAY).get_by_role("button", name=label)
+
+
+def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
+    learners, pages = hub["learners"], {}
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        try:
+            for name, right in zip(learners, (True, False)):
+                page = pages[name] = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
+                page.goto(f"{hub['base']}/hub/login")
+                page.fill("#username_input", name)
+                page.fill("#password_input", hub["passwords"][name])
+                page.click("#login_submit")
+                page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)  # their own JupyterLab
+                _assignment_list(page)
+                _row_button(page, "released_assignments_list", "Fetch").click()
+                _row_button(page, "fetched_assignments_list", "Submit").wait_for(timeout=60_000)
+                home = Path(pwd.getpwnam(name).pw_dir)
+                fetched = home / DAY / f"{DAY}.ipynb"
+                assert fetched.is_file(), f"fetching {DAY} in the Assignment List did not put it in {name}'s home"
+                _answer(fetched, right)
+                _row_button(page, "fetched_assignments_list", "Submit").click()
+                page.wait_for_selector(f"#submitted_assignments_list .list_item:has-text('{DAY}')", timeout=60_000)
+                page.screenshot(path=str(SHOTS / f"submitted-{'right' if right else 'wrong'}.png"))
+
+            a, b = learners
+            inbound = hub["root"] / "exchange" / "tvm-course" / "inbound"
+            course = hub["root"] / "course"
+            # --- what a learner must not do, tried as their Unix account
+            secret = [course / "gradebook.db", course / "solutions" / DAY / f"{DAY}.ipynb",
+                      REPO / "solutions" / DAY / f"{DAY}.ipynb", REPO / "tests" / "test_hidden_tests.py",
+                      Path(pwd.getpwnam(b).pw_dir) / DAY / f"{DAY}.ipynb"]
+            for path in secret:
+                assert _as(a, "cat", str(path)).returncode != 0, f"learner {a} can read {path}"
+            assert _as(a, "ls", str(inbound)).returncode != 0, f"learner {a} can list the submissions"
+            assert _as(a, "git", "-C", str(REPO), "log", "-1").returncode != 0, f"learner {a} can read the history"
+            forged = _as(a, "nbgrader", "submit", DAY, f"--student={b}", cwd=pwd.getpwnam(a).pw_dir)
+            assert forged.returncode == 0, forged.stderr  # nbgrader lets it into the exchange ...
+
+            # --- the instructor's side
+            _hub_cli(hub["env"], "collect", DAY)
+            # ... but collect takes only what the learner it names submitted: b's is b's own wrong answer
+            collected = json.loads((course / "submitted" / b / DAY / f"{DAY}.ipynb").read_text())
+            cell = next(c for c in collected["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "op_histogram")
+            assert "n + 1" in "".join(cell["source"]), f"{a} submitted as {b}: collect took the forged submission"
+            print(_hub_cli(hub["env"], "autograde", DAY))
+            scores = grading.scores(DAY, course=course)
+            assert scores[a].score == 3 and scores[b].score == 0, scores
+            _hub_cli(hub["env"], "feedback", DAY)
+
+            # --- each learner fetches feedback in the browser and gets only their own
+            for name, expected in ((a, "3.0 / 7.0"), (b, "0.0 / 7.0")):
+                page = pages[name]
+                page.reload()
+                page.wait_for_selector("#jp-main-dock-panel", timeout=60_000)
+                _assignment_list(page)
+                # (a's list also shows the submission a forged as b: fetching feedback for either fetches a's own)
+                _row_button(page, "submitted_assignments_list", "Fetch Feedback").first.click()
+                home = Path(pwd.getpwnam(name).pw_dir)
+                for _ in range(60):
+                    html = list((home / DAY / "feedback").glob(f"*/{DAY}.html"))
+                    if html:
+                        break
+                    time.sleep(0.5)
+                assert len(html) == 1, f"{name} got feedback files {html}"
+                text = html[0].read_text()
+                (SHOTS / f"feedback-{name[-1]}.html").write_text(text)
+                assert expected in text, f"{name}'s feedback does not show their score {expected}"
+                page.screenshot(path=str(SHOTS / f"feedback-{name[-1]}.png"))
+        finally:
+            browser.close()
+
+
+def test_each_learners_server_runs_within_its_limits(hub):
+    """The limits are the kernel's: RLIMIT_AS and the CPU affinity of the learners' servers."""
+    import psutil
+
+    uids = {pwd.getpwnam(n).pw_uid for n in hub["learners"]}
+    servers = [p for p in psutil.process_iter(["uids", "cmdline"])
+               if p.info["uids"] and p.info["uids"].real in uids and "jupyterhub-singleuser" in " ".join(p.info["cmdline"] or [])]
+    assert len(servers) == len(uids), "each learner's server runs as their own account"
+    for p in servers:
+        limits = Path(f"/proc/{p.pid}/limits").read_text()
+        line = next(l for l in limits.splitlines() if l.startswith("Max address space"))
+        assert line.split()[3:5] == [str(3 << 30)] * 2, line  # soft and hard: the learner cannot raise it
+        assert len(p.cpu_affinity()) == 1
+        assert p.environ().get("OMP_NUM_THREADS") == "1"
