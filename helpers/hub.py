@@ -23,7 +23,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import resource
 import shutil
 import subprocess
 import sys
@@ -152,7 +151,7 @@ INSTRUCTOR_NBGRADER = '''
 c.CourseDirectory.root = "{course}"
 c.Exchange.root = "{exchange}"
 # collect only what a learner submitted under their own name (nbgrader itself only warns)
-c.ExchangeFactory.collect = "helpers.hub.OwnerCheckedCollect"
+c.ExchangeFactory.collect = "helpers.hub_exchange.OwnerCheckedCollect"
 '''
 
 
@@ -239,97 +238,6 @@ def as_instructor(command: str, day: str, hub: Hub | None = None) -> subprocess.
     return subprocess.run([sys.executable, "-m", "helpers.hub", command, day], cwd=hub.course, env=env,
                           user=teacher.pw_uid, group=teacher.pw_gid, extra_groups=[], check=True,
                           capture_output=True, text=True)
-
-
-# --- nbgrader's collect, refusing what a learner submitted under someone else's name
-
-try:
-    from nbgrader.exchange.default.collect import ExchangeCollect as _Collect
-except ImportError:  # pragma: no cover (nbgrader is pinned)
-    _Collect = object
-
-
-class OwnerCheckedCollect(_Collect):
-    """nbgrader's collect, but a submission whose files are not owned by the learner it names is
-    skipped (nbgrader only logs a warning and collects it): nobody can submit as someone else."""
-
-    def init_src(self):
-        super().init_src()
-        import glob
-        from itertools import groupby
-
-        pattern = os.path.join(self.inbound_path, f"{self.coursedir.student_id or '*'}+{self.coursedir.assignment_id}+*")
-        records = []
-        for path in glob.glob(pattern):
-            rec = self._path_to_record(path)
-            try:
-                owner = pwd.getpwuid(os.stat(path).st_uid).pw_name
-            except KeyError:
-                owner = None
-            if owner != rec["username"]:
-                self.log.error("Skipping %s: it claims to be %s's but belongs to %s", path, rec["username"], owner)
-                continue
-            records.append(rec)
-        records.sort(key=lambda r: r["username"])
-        self.src_records = [self._sort_by_timestamp(list(v))[0] for _, v in groupby(records, lambda r: r["username"])]
-
-
-# --- the spawner: each learner's JupyterLab, as their own account, within limits
-
-try:
-    from jupyterhub.spawner import LocalProcessSpawner
-except ImportError:  # pragma: no cover (the hub is pinned; helpers import without it)
-    LocalProcessSpawner = object
-
-
-def _cores_for(index: int, per_learner: int) -> set[int]:
-    cores = sorted(os.sched_getaffinity(0))
-    per_learner = max(1, min(per_learner, len(cores)))
-    start = (index * per_learner) % len(cores)
-    return {cores[(start + i) % len(cores)] for i in range(per_learner)}
-
-
-class CourseSpawner(LocalProcessSpawner):
-    """A learner's JupyterLab as their Unix account, with limits the kernel enforces.
-
-    Enforced, on every process the learner's server starts (kernels, tuning workers), set as root
-    before dropping to the learner so that they cannot be raised again:
-      * memory: ``mem_limit`` as RLIMIT_AS, per process (an allocation past it fails with a
-        MemoryError in the learner's kernel, not an out-of-memory kill of the machine);
-      * CPU: ``cpu_limit`` cores (rounded up) as the CPU affinity of the server and all it starts,
-        learners placed round-robin across the machine's cores, and the thread pools of PyTorch and
-        TVM sized to them (OMP_NUM_THREADS, TVM_NUM_THREADS);
-      * processes: RLIMIT_NPROC per account (a fork bomb stops there).
-    Not enforced: the memory of a learner's processes together (each is limited, not their sum;
-    that needs cgroups: systemd's or Kubernetes', see the README), and a share of a core that others
-    also use (learners placed on the same core share it as the scheduler decides).
-    """
-
-    _placed = 0
-
-    def make_preexec_fn(self, name):
-        drop = super().make_preexec_fn(name)
-        mem = int(self.mem_limit or 0)
-        cores = _cores_for(CourseSpawner._placed, int(-(-(self.cpu_limit or 0) // 1)) or 1) if self.cpu_limit else None
-        CourseSpawner._placed += 1
-        nproc = int(os.environ.get("TVM_HUB_NPROC", "512"))
-
-        def preexec():
-            if mem:
-                resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-            if cores:
-                os.sched_setaffinity(0, cores)
-            drop()
-
-        return preexec
-
-    def get_env(self):
-        env = super().get_env()
-        if self.cpu_limit:
-            threads = str(int(-(-self.cpu_limit // 1)))
-            env.update(OMP_NUM_THREADS=threads, TVM_NUM_THREADS=threads)
-        return env
 
 
 def serve(hub: Hub | None = None, release_days: bool = True, open_path: bool = False) -> None:

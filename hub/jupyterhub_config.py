@@ -2,13 +2,13 @@
 
 Learners log in with their Unix account (PAM; `python -m helpers.hub add-learner NAME`), and each
 gets JupyterLab as that account with the course kernel and nbgrader's Assignment List, under the
-limits of helpers.hub.CourseSpawner. Set with environment variables (defaults in brackets):
+limits of helpers.hub_spawner.CourseSpawner. Set with environment variables (defaults in brackets):
   TVM_HUB_ROOT [/srv/tvm-course]  exchange, instructor's course directory, hub state
   TVM_HUB_INSTRUCTOR [instructor] the instructor's Unix account (a hub admin)
   TVM_HUB_GROUP [tvm-learners]    the learners' Unix group: only its members (and the instructor) log in
   TVM_HUB_IP [0.0.0.0], TVM_HUB_PORT [8000]    where the class connects
   TVM_HUB_API_PORT [8081], TVM_HUB_PROXY_API_PORT [8001]   the hub's and proxy's own ports (localhost)
-  TVM_HUB_MEM [4G]  memory per learner process;  TVM_HUB_CPUS [1]  cores per learner
+  TVM_HUB_MEM [8G]  memory per learner process;  TVM_HUB_CPUS [1]  cores per learner
 Put TLS in front (or set c.JupyterHub.ssl_key/ssl_cert) before a class logs in over a network:
 passwords cross it.
 """
@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from helpers import hub as course
+from helpers.hub_spawner import CourseSpawner
 
 c = get_config()  # noqa: F821
 env = os.environ.get
@@ -38,12 +39,12 @@ c.PAMAuthenticator.allowed_groups = {h.group}
 c.Authenticator.allowed_users = {h.instructor}
 c.Authenticator.admin_users = {h.instructor}
 
-c.JupyterHub.spawner_class = course.CourseSpawner
+c.JupyterHub.spawner_class = CourseSpawner
 c.Spawner.cmd = [str(course.BIN / "jupyterhub-singleuser")]
 c.Spawner.default_url = "/lab"
 c.Spawner.notebook_dir = "~"
 c.Spawner.http_timeout = 60
-c.Spawner.mem_limit = env("TVM_HUB_MEM", "4G")
+c.Spawner.mem_limit = env("TVM_HUB_MEM", "8G")
 c.Spawner.cpu_limit = float(env("TVM_HUB_CPUS", "1"))
 c.Spawner.environment = {
     "PATH": f"{course.BIN}:/usr/local/bin:/usr/bin:/bin",

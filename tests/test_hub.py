@@ -86,7 +86,7 @@ def hub():
     ports = [_free_port() for _ in range(3)]
     env = {**os.environ, "TVM_HUB_ROOT": str(root), "TVM_HUB_INSTRUCTOR": instructor, "TVM_HUB_GROUP": group,
            "TVM_HUB_IP": "127.0.0.1", "TVM_HUB_PORT": str(ports[0]), "TVM_HUB_API_PORT": str(ports[1]),
-           "TVM_HUB_PROXY_API_PORT": str(ports[2]), "TVM_HUB_MEM": "3G", "TVM_HUB_CPUS": "1"}
+           "TVM_HUB_PROXY_API_PORT": str(ports[2]), "TVM_HUB_MEM": "8G", "TVM_HUB_CPUS": "1"}
     passwords = {name: secrets.token_urlsafe(12) for name in learners}
     proc = None
     try:
@@ -94,6 +94,7 @@ def hub():
         for name in learners:
             _hub_cli(env, "add-learner", name, "--password", passwords[name])
         assert "released" in _hub_cli(env, "release", DAY)
+        _mark("released")
         os.environ["_HUB_LEARNER_CONFIG"] = str(root / "learner-config")
         # started the way an instructor starts it: `make hub` (the day is released already)
         proc = subprocess.Popen(["make", "-s", "hub", "HUB_ARGS=--no-release"], cwd=REPO, env=env,
@@ -110,6 +111,7 @@ def hub():
                 time.sleep(0.5)
         else:
             pytest.fail("JupyterHub did not start within 60 s")
+        _mark("hub up")
         yield dict(base=base, env=env, root=root, instructor=instructor, learners=learners, passwords=passwords)
     finally:
         if proc is not None and proc.poll() is None:
@@ -147,6 +149,13 @@ def _answer(path: Path, right: bool) -> None:
     os.chown(path, stat.st_uid, stat.st_gid)
 
 
+T0 = time.monotonic()
+
+
+def _mark(what: str) -> None:
+    print(f"[{time.monotonic() - T0:6.1f} s] {what}", flush=True)
+
+
 def _assignment_list(page):
     page.keyboard.press("Control+Shift+C")
     page.keyboard.type("Assignment List")
@@ -175,6 +184,7 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 page.fill("#password_input", hub["passwords"][name])
                 page.click("#login_submit")
                 page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)  # their own JupyterLab
+                _mark("lab up")
                 _assignment_list(page)
                 _row_button(page, "released_assignments_list", "Fetch").click()
                 _row_button(page, "fetched_assignments_list", "Submit").wait_for(timeout=60_000)
@@ -186,6 +196,7 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 page.wait_for_selector(f"#submitted_assignments_list .list_item:has-text('{DAY}')", timeout=60_000)
                 page.screenshot(path=str(SHOTS / f"submitted-{'right' if right else 'wrong'}.png"))
 
+            _mark("submitted")
             a, b = learners
             inbound = hub["root"] / "exchange" / "tvm-course" / "inbound"
             course = hub["root"] / "course"
@@ -202,14 +213,17 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
 
             # --- the instructor's side
             _hub_cli(hub["env"], "collect", DAY)
+            _mark("collected")
             # ... but collect takes only what the learner it names submitted: b's is b's own wrong answer
             collected = json.loads((course / "submitted" / b / DAY / f"{DAY}.ipynb").read_text())
             cell = next(c for c in collected["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "op_histogram")
             assert "n + 1" in "".join(cell["source"]), f"{a} submitted as {b}: collect took the forged submission"
             print(_hub_cli(hub["env"], "autograde", DAY))
+            _mark("autograded")
             scores = grading.scores(DAY, course=course)
             assert scores[a].score == 3 and scores[b].score == 0, scores
             _hub_cli(hub["env"], "feedback", DAY)
+            _mark("feedback")
 
             # --- each learner fetches feedback in the browser and gets only their own
             for name, expected in ((a, "3.0 / 7.0"), (b, "0.0 / 7.0")):
@@ -230,6 +244,7 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 (SHOTS / f"feedback-{name[-1]}.html").write_text(text)
                 assert expected in text, f"{name}'s feedback does not show their score {expected}"
                 page.screenshot(path=str(SHOTS / f"feedback-{name[-1]}.png"))
+                _mark(f"{name} has their feedback")
         finally:
             browser.close()
 
@@ -245,6 +260,6 @@ def test_each_learners_server_runs_within_its_limits(hub):
     for p in servers:
         limits = Path(f"/proc/{p.pid}/limits").read_text()
         line = next(l for l in limits.splitlines() if l.startswith("Max address space"))
-        assert line.split()[3:5] == [str(3 << 30)] * 2, line  # soft and hard: the learner cannot raise it
+        assert line.split()[3:5] == [str(8 << 30)] * 2, line  # soft and hard: the learner cannot raise it
         assert len(p.cpu_affinity()) == 1
         assert p.environ().get("OMP_NUM_THREADS") == "1"
