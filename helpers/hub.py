@@ -176,8 +176,13 @@ def setup(hub: Hub | None = None, open_path: bool = False) -> Hub:
     (hub.learner_config / "jupyter_server_config.json").write_text(
         '{"ServerApp": {"jpserver_extensions": {"nbgrader.server_extensions.formgrader": false, '
         '"nbgrader.server_extensions.create_assignment": false, "nbgrader.server_extensions.course_list": false}}}\n')
-    for path in hub.learner_config.iterdir():
-        os.chmod(path, 0o644)
+    # ... and their JupyterLab parts
+    (hub.learner_config / "labconfig").mkdir(exist_ok=True)
+    (hub.learner_config / "labconfig" / "page_config.json").write_text(
+        '{"disabledExtensions": {"@jupyter/nbgrader:create-assignment": true, "@jupyter/nbgrader:course-list": true, '
+        '"@jupyter/nbgrader:formgrader": true}}\n')
+    for path in hub.learner_config.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
     os.chmod(hub.learner_config, 0o755)
     if not (hub.course / "nbgrader_config.py").exists():
         grading.scratch_course(hub.course)

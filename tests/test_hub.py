@@ -184,6 +184,9 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 page.click("#login_submit")
                 page.wait_for_selector("#jp-main-dock-panel", timeout=120_000)  # their own JupyterLab
                 _mark("lab up")
+                # the course kernel in their launcher; none of the instructor's tools
+                page.get_by_text("TVM course (Python 3.11)").first.wait_for(timeout=60_000)
+                assert page.get_by_text("Create Assignment").count() == 0, "a learner sees the instructor's tools"
                 _assignment_list(page)
                 _row_button(page, "released_assignments_list", "Fetch").click()
                 _row_button(page, "fetched_assignments_list", "Submit").wait_for(timeout=60_000)
