@@ -152,6 +152,11 @@ c.CourseDirectory.root = "{course}"
 c.Exchange.root = "{exchange}"
 # collect only what a learner submitted under their own name (nbgrader itself only warns)
 c.ExchangeFactory.collect = "helpers.hub_exchange.OwnerCheckedCollect"
+# feedback without the hidden tests' code, which nbgrader's feedback shows by default: they stay
+# hidden from the learners (and from next year's class); each failing test's message still shows
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+c.GenerateFeedback.preprocessors = [ClearHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
 '''
 
 

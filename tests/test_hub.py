@@ -7,8 +7,10 @@ Needs root (Unix accounts), Debian's chromium, the pinned jupyterhub and configu
 (`make test` installs them); in CI a missing one fails the test, elsewhere it skips.
 """
 
+import html
 import json
 import os
+import re
 import pwd
 import secrets
 import shutil
@@ -155,6 +157,18 @@ def _mark(what: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f} s] {what}", flush=True)
 
 
+def _hidden_test_lines() -> list[str]:
+    """Lines of Day 1's hidden tests that the student notebook does not have."""
+    source = json.loads((REPO / "solutions" / DAY / f"{DAY}.ipynb").read_text())
+    student = (REPO / "notebooks" / DAY / f"{DAY}.ipynb").read_text()
+    lines = []
+    for cell in source["cells"]:
+        for region in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", "".join(cell["source"]), re.S):
+            lines += [l.strip() for l in region.splitlines() if len(l.strip()) > 20 and l.strip() not in student]
+    assert lines, "Day 1 has no hidden tests to look for"
+    return lines
+
+
 def _assignment_list(page):
     page.keyboard.press("Control+Shift+C")
     page.keyboard.type("Assignment List")
@@ -241,14 +255,17 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 _row_button(page, "submitted_assignments_list", "Fetch Feedback").first.click()
                 home = Path(pwd.getpwnam(name).pw_dir)
                 for _ in range(60):
-                    html = list((home / DAY / "feedback").glob(f"*/{DAY}.html"))
-                    if html:
+                    files = list((home / DAY / "feedback").glob(f"*/{DAY}.html"))
+                    if files:
                         break
                     time.sleep(0.5)
-                assert len(html) == 1, f"{name} got feedback files {html}"
-                text = html[0].read_text()
+                assert len(files) == 1, f"{name} got feedback files {files}"
+                text = files[0].read_text()
                 (SHOTS / f"feedback-{name[-1]}.html").write_text(text)
                 assert expected in text, f"{name}'s feedback does not show their score {expected}"
+                shown = html.unescape(re.sub(r"<[^>]+>", "", text))
+                leaked = [line for line in _hidden_test_lines() if line in shown]
+                assert not leaked, f"{name}'s feedback shows the hidden tests: {leaked[:2]}"
                 page.screenshot(path=str(SHOTS / f"feedback-{name[-1]}.png"))
                 _mark(f"{name} has their feedback")
         finally:
