@@ -37,7 +37,9 @@ BIN = Path(sys.executable).parent
 COURSE_ID = "tvm-course"
 # Paths of the repository a learner must not read: the sources with their solutions and hidden
 # tests, the history that holds them, and the repo's own gradebook and submissions.
-PRIVATE = ("solutions", ".git", "tests", "gradebook.db", "submitted", "autograded", "feedback", "grades.csv")
+# build/regenerated holds the tests' executed copies of the sources.
+PRIVATE = ("solutions", ".git", "tests", "gradebook.db", "submitted", "autograded", "feedback", "grades.csv",
+           "build/regenerated")
 
 
 class HubError(GradingError):

@@ -50,4 +50,6 @@ c.Spawner.environment = {
     "PATH": f"{course.BIN}:/usr/local/bin:/usr/bin:/bin",
     # the course id and exchange for nbgrader, and the learners' extensions (helpers.hub.setup)
     "JUPYTER_CONFIG_PATH": str(h.learner_config),
+    # the compile cache is the repo's build/compiled, which learners cannot write: build afresh
+    "TVM_COURSE_NO_CACHE": "1",
 }
