@@ -65,7 +65,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _hub_cli(env, *args, user=None):
+def _hub_cli(env, *args):
     proc = subprocess.run([sys.executable, "-m", "helpers.hub", *args], cwd=REPO, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, f"helpers.hub {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -90,6 +90,8 @@ def hub():
            "TVM_HUB_IP": "127.0.0.1", "TVM_HUB_PORT": str(ports[0]), "TVM_HUB_API_PORT": str(ports[1]),
            "TVM_HUB_PROXY_API_PORT": str(ports[2]), "TVM_HUB_MEM": "8G", "TVM_HUB_CPUS": "1"}
     passwords = {name: secrets.token_urlsafe(12) for name in learners}
+    global T0
+    T0 = time.monotonic()
     proc = None
     try:
         _hub_cli(env, "setup", "--open-path")
@@ -132,6 +134,9 @@ def hub():
         for name in [instructor, *learners]:
             subprocess.run(["userdel", "--remove", name], capture_output=True)
         subprocess.run(["groupdel", group], capture_output=True)
+        if (root / "state" / "hub.log").exists():  # kept with the screenshots (CI's artefacts)
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copy(root / "state" / "hub.log", SHOTS / "hub.log")
         shutil.rmtree(root, ignore_errors=True)
 
 
