@@ -49,8 +49,18 @@ class CourseSpawner(LocalProcessSpawner):
 
         return preexec
 
+    def _is_instructor(self) -> bool:
+        return self.user.name == os.environ.get("TVM_HUB_INSTRUCTOR", "instructor")
+
+    async def start(self):
+        if self._is_instructor():  # the instructor's JupyterLab opens the course directory, with the Formgrader
+            self.notebook_dir = os.path.join(os.environ.get("TVM_HUB_ROOT", "/srv/tvm-course"), "course")
+        return await super().start()
+
     def get_env(self):
         env = super().get_env()
+        if self._is_instructor():
+            env.pop("JUPYTER_CONFIG_PATH", None)  # not the learners' config: all of nbgrader's tools
         if self.cpu_limit:
             threads = str(int(-(-self.cpu_limit // 1)))
             env.update(OMP_NUM_THREADS=threads, TVM_NUM_THREADS=threads)
