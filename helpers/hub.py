@@ -71,7 +71,16 @@ def require_root(what: str) -> None:
 
 
 def _run(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    """useradd and friends; retried while another one holds /etc/passwd's lock."""
+    import time
+
+    for attempt in range(10):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode == 0 or "lock" not in proc.stderr or attempt == 9:
+            break
+        time.sleep(0.5)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
 
 
 def _user_exists(name: str) -> bool:
@@ -138,8 +147,10 @@ def protect_repo(repo: Path = REPO) -> None:
     """Close the solutions, hidden tests, history and the repo's own grading to other users."""
     for name in PRIVATE:
         path = repo / name
-        if path.exists():
+        try:
             os.chmod(path, path.stat().st_mode & ~0o007)
+        except FileNotFoundError:  # (not made yet, or being rewritten by a test run)
+            pass
 
 
 LEARNER_NBGRADER = '''# Written by helpers.hub: what every learner's nbgrader (Assignment List) reads.

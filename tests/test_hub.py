@@ -96,7 +96,7 @@ def hub():
     try:
         _hub_cli(env, "setup", "--open-path")
         for name in learners:
-            _hub_cli(env, "add-learner", name, "--password", passwords[name])
+            _hub_cli(env, "add-learner", name, f"--password={passwords[name]}")  # (a password may start with -)
         assert "released" in _hub_cli(env, "release", DAY)
         _mark("released")
         # started the way an instructor starts it: `make hub` (the day is released already)
