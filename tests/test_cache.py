@@ -1,5 +1,9 @@
 """helpers.cache: a build is exported once under its key and loaded the next time, and runs the same."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import tvm
@@ -28,9 +32,28 @@ def test_second_call_loads_the_exported_build_and_gives_the_same_output(tiny_imp
     first, hit1 = cache.load_or_build("tiny", key, _build_counter(tiny_imported, calls), root=tmp_path)
     second, hit2 = cache.load_or_build("tiny", key, _build_counter(tiny_imported, calls), root=tmp_path)
     assert (hit1, hit2) == (False, True) and len(calls) == 1
-    assert isinstance(second, tvm.runtime.Module)
+    # both are the exported library: the fresh build is not handed over as an executable to compile again
+    assert isinstance(first, tvm.runtime.Module) and isinstance(second, tvm.runtime.Module)
     np.testing.assert_array_equal(_run(first, tiny_imported, tiny_input), _run(second, tiny_imported, tiny_input))
     assert [p.name for p in tmp_path.iterdir()] == [f"tiny-{key}.so"], "no partial files are left behind"
+
+
+def test_the_same_cold_build_asked_for_twice_at_once_is_built_once(tiny_imported, tmp_path):
+    calls, together = [], threading.Barrier(2)
+
+    def slow_build():
+        time.sleep(1.0)  # long enough for the other request to arrive while this one builds
+        return _build_counter(tiny_imported, calls)()
+
+    def ask(_):
+        together.wait()
+        return cache.load_or_build("tiny", "k", slow_build, root=tmp_path)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(ask, range(2)))
+    assert len(calls) == 1, "the second request waited for the first build and loaded it"
+    assert sorted(hit for _, hit in results) == [False, True]
+    assert [p.name for p in tmp_path.iterdir()] == ["tiny-k.so"], "no lock or partial file is left behind"
 
 
 def test_every_ingredient_changes_the_key():
