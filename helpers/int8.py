@@ -25,7 +25,6 @@ from tvm.s_tir import meta_schedule as ms
 from tvm.script import tirx as T
 
 from .errors import CourseError
-from .tuning import import_tvm_tensor_intrinsics
 
 VNNI_INTRIN = "course_dot_16x4_vnni_llvm22"
 LANES, GROUP = 16, 4  # vpdpbusd: 16 int32 lanes, each the sum of 4 u8 x s8 products
@@ -71,8 +70,7 @@ def _dot_16x4_vnni_llvm22(
 
 def register_vnni_intrinsic() -> str:
     """Register ``VNNI_INTRIN`` in this process (idempotent) and return its name, for ``sch.tensorize``
-    or MetaSchedule's ``MultiLevelTilingWithIntrin``."""
-    import_tvm_tensor_intrinsics()
+    or MetaSchedule's ``MultiLevelTilingWithIntrin``. TVM's own intrinsics are not needed for it."""
     from tvm.s_tir import TensorIntrin
 
     TensorIntrin.register(VNNI_INTRIN, _dot_16x4_desc, _dot_16x4_vnni_llvm22, override=True)

@@ -123,11 +123,21 @@ def import_tvm_tensor_intrinsics() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401  (registers the intrinsics)
 
 
-def import_tensor_intrinsics() -> None:
-    """TVM's tensor intrinsics and the course's own VNNI one (Day 12, ``helpers.int8``): a database
-    whose records tensorize with it cannot be read without it."""
-    from .int8 import register_vnni_intrinsic  # here: helpers.int8 imports this module
+_TENSORIZE = re.compile(r'\["Tensorize",\[[^\]]*\],\["([^"]+)"')
 
+
+def import_tensor_intrinsics(records: Path | None = None) -> None:
+    """The tensor intrinsics that tuning, or replaying ``records``, needs registered.
+
+    The course's own VNNI intrinsic (Day 12, ``helpers.int8``) always; TVM's own set
+    for tuning, and for a records file only when it names one of them: importing
+    TVM's set costs 5 to 10 s per process (the float32 databases name none).
+    """
+    from .int8 import VNNI_INTRIN, register_vnni_intrinsic  # here: helpers.int8 imports this module
+
+    named = None if records is None else set(_TENSORIZE.findall(Path(records).read_text()))
+    if named is None or named - {VNNI_INTRIN}:
+        import_tvm_tensor_intrinsics()
     register_vnni_intrinsic()
 
 
@@ -562,7 +572,7 @@ def _load_database(work_dir: str | Path) -> ms.database.JSONDatabase:
         )
     for name in (WORKLOAD_FILE, RECORD_FILE):
         _check_json_lines(work_dir / name)
-    import_tensor_intrinsics()  # records that tensorize name their intrinsic
+    import_tensor_intrinsics(work_dir / RECORD_FILE)  # records that tensorize name their intrinsic
     try:
         return ms.database.JSONDatabase(
             str(work_dir / WORKLOAD_FILE), str(work_dir / RECORD_FILE), allow_missing=False
@@ -682,7 +692,7 @@ def apply_database(
     db = _database_for_target(_load_database(work_dir), target, work_dir, transfer)
     if prepack is None:
         prepack = bool(_read_settings(work_dir).get("prepack", False))
-    import_tensor_intrinsics()  # records may replay tensorized schedules
+    import_tensor_intrinsics(work_dir / RECORD_FILE)  # records may replay tensorized schedules
     prepared = _prepare(mod, target, prepack)
     tasks = _tasks(prepared, target)
     found = [t.task_name for t in tasks if db.has_workload(t.dispatched[0])]

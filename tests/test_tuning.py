@@ -9,6 +9,8 @@ import io
 import json
 import re
 import shutil
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -303,3 +305,24 @@ def test_a_damaged_database_file_is_a_clear_error_not_a_crash(imported, target, 
         records.write("\n[1, {\"trace\"")  # a blank line (MetaSchedule's reader segfaults on it) and a cut-off record
     with pytest.raises(TuningDatabaseError, match=f"line \\d+ of {tuning.RECORD_FILE}"):
         tuning.apply_database(mod, target, damaged)
+
+
+def test_reading_records_imports_tvms_tensor_intrinsics_only_when_they_name_one(tmp_path):
+    """TVM's set costs seconds per process to import; a float32 database names none, and one that
+    names TVM's VNNI intrinsic must find it registered (checked in a fresh process: this one has it)."""
+    plain, tensorized = tmp_path / "plain.json", tmp_path / "tensorized.json"
+    plain.write_text('[0,[[[["GetSBlock",[],["root","main"],["b0"]]]]]]\n')
+    tensorized.write_text('[0,[[[["Tensorize",["b1"],["dot_16x4_vnni",true],[]]]]]]\n')
+    script = (
+        "import sys\n"
+        "from helpers import int8, tuning\n"
+        "from tvm.s_tir import TensorIntrin\n"
+        f"tuning.import_tensor_intrinsics({str(plain)!r})\n"
+        "TensorIntrin.get(int8.VNNI_INTRIN)\n"
+        "print('tvm set after plain:', 'tvm.s_tir.tensor_intrin' in sys.modules)\n"
+        f"tuning.import_tensor_intrinsics({str(tensorized)!r})\n"
+        "TensorIntrin.get('dot_16x4_vnni')\n"
+        "print('tvm set after tensorized:', 'tvm.s_tir.tensor_intrin' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "tvm set after plain: False" in out and "tvm set after tensorized: True" in out, out
