@@ -14,22 +14,60 @@ Every build is checked against PyTorch, then all of them and PyTorch eager are
 timed interleaved in one run, and the table (with the minutes of tuning each
 cost on this machine) goes to ``results/transfer-<model>-<cpu>-<cores>cores.json``.
 Day 8 plots it. The tuned databases stay in ``build/transfer-study/``.
+
+``--mcpu znver3`` stands in for a CPU of another kind that this one can imitate:
+TVM builds and tunes for that CPU (e.g. AVX2 only on an AVX-512 machine) and
+PyTorch is held to the same vector width (``ATEN_CPU_CAPABILITY``,
+``ONEDNN_MAX_CPU_ISA``). The instructions are that CPU's, the cores and caches
+stay this one's: the file says so (``-on-<this cpu>`` in its name, ``emulated``
+inside), and Day 8 prefers a study measured on real hardware.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import pandas as pd
+import tvm
+from tvm.target import codegen
+
 from . import databases, machine, models, timing, tuning
-from .benchmark import EAGER, REPO, results_path, save_record
+from .benchmark import EAGER, REPO, RESULTS_ROOT, results_path, save_record
 from .build import check_parity, compile_model
 
 STUDY_ROOT = REPO / "build" / "transfer-study"
 UNTUNED, TRANSFERRED = "untuned", "transferred"
+# The widest vectors PyTorch may use, by the target's widest extension: (ATen's capability, oneDNN's ISA).
+TORCH_ISA = (("avx512f", "avx512", "AVX512_CORE"), ("avx2", "avx2", "AVX2"))
+# LLVM lists tuning hints among a CPU's features ("prefer-256-bit", "slow-3ops-lea"): no instruction depends on them.
+TUNING_FLAGS = ("allow-light-", "branchfusion", "ermsb", "false-deps-", "fast-", "faster-", "idiv", "insert-vzeroupper",
+                "lea-", "macrofusion", "no-bypass-delay", "pad-short-", "prefer-", "sbb-dep", "slow-", "tuning-", "use-")
+
+
+def emulated_target(mcpu: str) -> tvm.target.Target:
+    """The target of a CPU of kind ``mcpu``, to be run on this one, with PyTorch held to its vector width.
+
+    Only a CPU whose instructions this one has can be imitated (a Zen 3 on a Zen 5, not the reverse);
+    PyTorch must not have run an operator yet, or it keeps the ISA it picked then.
+    """
+    known = {str(name) for name in codegen.llvm_get_cpu_archlist(machine.cpu_target())}
+    if mcpu not in known:
+        raise ValueError(f"LLVM does not know a CPU called {mcpu!r}: use an LLVM name such as znver3 or skylake.")
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": machine.core_count()})
+    wanted, here = machine.cpu_features(target), machine.cpu_features()
+    missing = sorted(f for f in wanted - here if not f.startswith(TUNING_FLAGS))
+    if missing:
+        raise ValueError(f"This {machine.cpu_name()} lacks instructions {mcpu} has ({', '.join(missing[:5])}...): "
+                         "it can only imitate a CPU whose instructions it has.")
+    aten, onednn = next(((a, o) for feat, a, o in TORCH_ISA if feat in wanted), ("default", "SSE41"))
+    os.environ["ATEN_CPU_CAPABILITY"], os.environ["ONEDNN_MAX_CPU_ISA"] = aten, onednn
+    return target
 
 
 def top_up_label(trials: int) -> str:
@@ -40,9 +78,14 @@ def scratch_label(trials: int) -> str:
     return f"from scratch, {trials} trials/task"
 
 
-def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16), repeats: int = 30) -> dict:
-    """Build the model every way, time all of them against eager in one run, and keep the record."""
-    target = machine.cpu_target()
+def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16), repeats: int = 30,
+              target: tvm.target.Target | None = None) -> dict:
+    """Build the model every way, time all of them against eager in one run, and keep the record.
+
+    ``target`` defaults to this CPU's; an ``emulated_target`` studies a CPU of another kind on this one.
+    """
+    host = machine.cpu_name()
+    target = target or machine.cpu_target()
     model = models.load_model(model_name)
     x = models.example_input(1)
     imported = models.import_to_relax(model, x)
@@ -86,11 +129,15 @@ def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16)
         rows.append({"arm": label, **arm, "median_ms": t.median_ms, "iqr_ms": t.iqr_ms,
                      "speedup_vs_eager": round(eager.median_ms / t.median_ms, 3)})
     path = results_path(target, "json", kind=f"transfer-{model_name}")
+    emulated = target.attrs["mcpu"] != host
+    if emulated:
+        path = path.with_name(f"{path.stem}-on-{host}{path.suffix}")
     record = save_record(
         path,
         model=model_name,
         machine=machine.describe().as_dict(),
         target=str(target),
+        emulated={"on": host, "torch_isa": os.environ["ONEDNN_MAX_CPU_ISA"]} if emulated else None,
         source={"database": source.path.name, "tuned_for": source.tuned_for, "trials_per_task": source.trials_per_task},
         repeats=repeats,
         rows=rows,
@@ -102,14 +149,43 @@ def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16)
     return record
 
 
+def study_label(study: dict) -> str:
+    """The CPU a study was measured for, and the one it ran on when imitated: ``znver3 (imitated on a znver5)``."""
+    mcpu = json.loads(study["target"])["mcpu"]
+    return f"{mcpu} (imitated on a {study['emulated']['on']})" if study.get("emulated") else mcpu
+
+
+def load_studies(model_name: str, root: Path = RESULTS_ROOT) -> list[dict]:
+    """Every study of ``model_name`` kept in ``root``: those measured on real hardware first, each with its ``path``."""
+    studies = [{**json.loads(p.read_text()), "path": p} for p in sorted(root.glob(f"transfer-{model_name}-*.json"))]
+    return sorted(studies, key=lambda s: bool(s.get("emulated")))
+
+
+def compare_studies(studies: Sequence[dict]) -> pd.DataFrame:
+    """One row per study: the CPU, the database it received, and each build's speedup over eager there."""
+    rows = []
+    for s in studies:
+        row = {"CPU": study_label(s), "database from": f"{s['source']['tuned_for']} ({s['source']['trials_per_task']}/task)"}
+        row.update({r["arm"]: r["speedup_vs_eager"] for r in s["rows"] if "speedup_vs_eager" in r})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.transfer_study", description=__doc__.splitlines()[0])
     parser.add_argument("model", choices=models.available_models())
     parser.add_argument("--top-up", type=int, default=8, help="trials per task of search after the transfer")
     parser.add_argument("--scratch", type=int, nargs="+", default=[8, 16], help="budgets from scratch (cumulative)")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--mcpu", help="imitate a CPU of this kind (LLVM name, e.g. znver3) whose instructions this one has")
     args = parser.parse_args(argv)
-    run_study(args.model, args.top_up, args.scratch, args.repeats)
+    target = None
+    if args.mcpu and args.mcpu != machine.cpu_name():
+        try:
+            target = emulated_target(args.mcpu)
+        except ValueError as err:
+            parser.error(str(err))
+    run_study(args.model, args.top_up, args.scratch, args.repeats, target)
     return 0
 
 
