@@ -4,13 +4,12 @@ headless Chromium (Debian's package) by Playwright. A screenshot lands in artifa
 import os
 import shutil
 import signal
-import socket
 import subprocess
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from local_servers import free_port, wait_until_serving
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = "day00_environment"
@@ -27,18 +26,12 @@ if not Path(CHROMIUM).exists():
 playwright = pytest.importorskip("playwright.sync_api")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab serving a scratch copy of the student notebooks, with the course kernel."""
     root = tmp_path_factory.mktemp("lab")
     shutil.copytree(REPO / "notebooks" / DAY, root / DAY)
-    port = _free_port()
+    port = free_port()
     # Started the way a learner starts it: the README's `make lab` (scratch root, headless options).
     lab_args = f"--no-browser --port={port} --ServerApp.token={TOKEN} --ServerApp.ip=127.0.0.1"
     proc = subprocess.Popen(
@@ -47,16 +40,7 @@ def lab(tmp_path_factory):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(120):
-            if proc.poll() is not None:
-                pytest.fail(f"`make lab` exited with {proc.returncode} before JupyterLab served the course")
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("JupyterLab did not start within 60 s")
+        wait_until_serving(proc, f"{base}/api/status?token={TOKEN}", "`make lab`")
         yield base
     finally:
         if proc.poll() is None:

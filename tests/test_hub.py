@@ -15,12 +15,10 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -57,12 +55,7 @@ if (why := _missing()) is not None:
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from helpers import grading  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from local_servers import free_port, wait_until_serving  # noqa: E402
 
 
 def _hub_cli(env, *args):
@@ -85,7 +78,7 @@ def hub():
     tag = secrets.token_hex(3)
     instructor, learners, group = f"ti{tag}", [f"tl{tag}a", f"tl{tag}b"], f"tg{tag}"
     root = Path(tempfile.mkdtemp(prefix="tvm-hub-", dir="/tmp"))
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     env = {**os.environ, "TVM_HUB_ROOT": str(root), "TVM_HUB_INSTRUCTOR": instructor, "TVM_HUB_GROUP": group,
            "TVM_HUB_IP": "127.0.0.1", "TVM_HUB_PORT": str(ports[0]), "TVM_HUB_API_PORT": str(ports[1]),
            "TVM_HUB_PROXY_API_PORT": str(ports[2]), "TVM_HUB_MEM": "8G", "TVM_HUB_CPUS": "1"}
@@ -104,16 +97,8 @@ def hub():
                                 stdout=open(root / "state" / "hub.log", "w"), stderr=subprocess.STDOUT,
                                 start_new_session=True)
         base = f"http://127.0.0.1:{ports[0]}"
-        for _ in range(120):
-            if proc.poll() is not None:
-                pytest.fail(f"`make hub` exited with {proc.returncode}:\n{(root / 'state' / 'hub.log').read_text()[-3000:]}")
-            try:
-                urllib.request.urlopen(f"{base}/hub/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("JupyterHub did not start within 60 s")
+        hub_log = root / "state" / "hub.log"
+        wait_until_serving(proc, f"{base}/hub/health", "`make hub`", hub_log.read_text)
         _mark("hub up")
         yield dict(base=base, env=env, root=root, instructor=instructor, learners=learners, passwords=passwords)
     finally:

@@ -1,0 +1,31 @@
+"""Starting the course's servers on localhost for a test: a free port, and waiting until one answers."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_serving(proc: subprocess.Popen, url: str, what: str, log: Callable[[], str] = lambda: "",
+                       seconds: int = 60) -> None:
+    """Poll ``url`` until it answers; fail the test, with the server's log, if ``proc`` exits or time runs out."""
+    for _ in range(seconds * 2):
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited with {proc.returncode} before it served {url}:\n{log()[-3000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    pytest.fail(f"{what} did not serve {url} within {seconds} s:\n{log()[-3000:]}")
