@@ -1,20 +1,16 @@
-"""Starting the course's servers on localhost for a test: a free port, and waiting until one answers."""
+"""Starting the course's servers on localhost for a test: waiting until one answers.
+
+A free port for it: ``helpers.rpc_tuning.free_port``, the one the RPC cluster uses.
+"""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Callable
 
 import pytest
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until_serving(proc: subprocess.Popen, url: str, what: str, log: Callable[[], str] = lambda: "",

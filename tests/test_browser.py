@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from local_servers import free_port, wait_until_serving
+from helpers.rpc_tuning import free_port
+from local_servers import wait_until_serving
 
 REPO = Path(__file__).resolve().parent.parent
 DAY = "day00_environment"

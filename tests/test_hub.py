@@ -55,7 +55,8 @@ if (why := _missing()) is not None:
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from helpers import grading  # noqa: E402
-from local_servers import free_port, wait_until_serving  # noqa: E402
+from helpers.rpc_tuning import free_port  # noqa: E402
+from local_servers import wait_until_serving  # noqa: E402
 
 
 def _hub_cli(env, *args):
