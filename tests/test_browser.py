@@ -68,13 +68,17 @@ def test_student_notebook_runs_with_the_course_kernel_and_shows_a_plot(lab):
                 "() => [...document.querySelectorAll('.jp-Toolbar-kernelName')].some(e => e.textContent.includes('TVM course'))",
                 timeout=60_000,
             )
+            # The name shows while the kernel is still starting; a cell run before the kernel is
+            # connected fails with "Session has no kernel" and Run All stops without a word. A
+            # learner waits for the status to read idle, and so does the test.
+            _wait_for(page, ".jp-Notebook-ExecutionIndicator[data-status='idle']", 120_000, "the kernel to be idle")
             page.locator(".jp-Notebook").first.click()
             page.get_by_role("menuitem", name="Run", exact=True).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
             # the plot before the first exercise renders as an image
-            page.wait_for_selector(".jp-OutputArea-output img", timeout=180_000)
+            _wait_for(page, ".jp-OutputArea-output img", 180_000, "the plot")
             # running stops at the first exercise, which a student has not solved yet
-            page.wait_for_selector("text=NotImplementedError", timeout=120_000)
+            _wait_for(page, "text=NotImplementedError", 120_000, "the first exercise's NotImplementedError")
             text = page.locator(".jp-Notebook").inner_text()
             assert "All set: the course will run here." in text, "the environment check did not pass in the browser"
             # JupyterLab asks about its news feed in a toast unless told (helpers.labsettings does, at `make env`)
@@ -86,3 +90,17 @@ def test_student_notebook_runs_with_the_course_kernel_and_shows_a_plot(lab):
             page.screenshot(path=str(SCREENSHOT), full_page=False)
             browser.close()
     assert SCREENSHOT.stat().st_size > 10_000
+
+
+def _wait_for(page, selector: str, timeout_ms: int, what: str) -> None:
+    """Wait for ``selector``; on a timeout, fail saying what the notebook showed instead."""
+    try:
+        page.wait_for_selector(selector, timeout=timeout_ms)
+    except playwright.Error:
+        status = page.locator(".jp-Notebook-ExecutionIndicator")
+        kernel = status.first.get_attribute("data-status") if status.count() else "no status indicator"
+        prompts = page.locator(".jp-InputPrompt").all_inner_texts()
+        errors = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+        pytest.fail(f"waited {timeout_ms // 1000} s for {what} ({selector}); kernel status: {kernel}; "
+                    f"input prompts: {' '.join(p.strip() for p in prompts)}; "
+                    f"error output: {chr(10).join(errors)[-2000:] or 'none'}", pytrace=False)
