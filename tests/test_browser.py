@@ -101,6 +101,6 @@ def _wait_for(page, selector: str, timeout_ms: int, what: str) -> None:
         kernel = status.first.get_attribute("data-status") if status.count() else "no status indicator"
         prompts = page.locator(".jp-InputPrompt").all_inner_texts()
         errors = page.locator(".jp-RenderedText[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+        error_text = "\n".join(errors)[-2000:] or "none"
         pytest.fail(f"waited {timeout_ms // 1000} s for {what} ({selector}); kernel status: {kernel}; "
-                    f"input prompts: {' '.join(p.strip() for p in prompts)}; "
-                    f"error output: {chr(10).join(errors)[-2000:] or 'none'}", pytrace=False)
+                    f"input prompts: {' '.join(p.strip() for p in prompts)}; error output: {error_text}", pytrace=False)
