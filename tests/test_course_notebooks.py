@@ -1,5 +1,10 @@
 """The grading gate: student notebooks are generated from solutions/, and autograding
-on a real gradebook gives the solution full marks and the blank release zero."""
+on a real gradebook gives the solution full marks and the blank release zero.
+
+The autograde of the solution is also the suite's one execution of each source notebook:
+nbval's checks (every cell runs without error, tagged cells reproduce their stored outputs)
+are applied to what autograde executed (tests/stored_outputs.py), instead of executing every
+source a third time under nbval."""
 
 import json
 import shutil
@@ -8,7 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import config, grading, timing
+from helpers import config, grading, notebooks, timing
+
+import stored_outputs
 
 REPO = grading.REPO
 ASSIGNMENTS = grading.assignments()
@@ -106,6 +113,12 @@ def test_autograde_gives_solution_full_marks_and_blank_zero(regenerated, assignm
     noisy = [c.metadata["nbgrader"]["grade_id"] for c in graded.cells
              if c.metadata.get("nbgrader", {}).get("grade") and any(o.get("name") == "stderr" for o in c.get("outputs", []))]
     assert not noisy, f"passing test cells wrote to stderr (nbgrader scores that as a failure): {noisy}"
+    # nbval's checks, on the solution autograde has just executed
+    assert not stored_outputs.errors(graded), f"cells of the solution raised: {stored_outputs.errors(graded)}"
+    source = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
+    checked, differ = stored_outputs.differences(graded, source)
+    assert not differ, "\n".join(differ)
+    assert checked == sum(map(notebooks.is_checked, source.cells)) > 0
 
 
 def _failures(course: Path, assignment: str, student: str) -> str:
