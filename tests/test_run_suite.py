@@ -1,0 +1,24 @@
+"""The suite's time guard (tests/run_suite.py): it names the slowest tests and stops a run that overstays."""
+
+import sys
+import time
+
+import run_suite
+
+
+def test_slowest_reads_junit_reports_and_sorts(tmp_path):
+    report = tmp_path / "phase0.xml"
+    report.write_text('<testsuites><testsuite><testcase classname="tests.test_a" name="fast" time="1.5"/>'
+                      '<testcase classname="tests.test_b" name="slow" time="300.25"/></testsuite></testsuites>')
+    assert run_suite.slowest([report, tmp_path / "missing.xml"], count=1) == [(300.25, "tests.test_b::slow")]
+
+
+def test_a_phase_past_its_time_is_stopped_with_its_children():
+    start = time.monotonic()
+    sleeper = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import time; time.sleep(60)'])"
+    assert run_suite.run_phase([sys.executable, "-c", sleeper], {}, seconds_left=1) == run_suite.STOPPED
+    assert time.monotonic() - start < 10
+
+
+def test_a_phase_in_time_returns_its_exit_status():
+    assert run_suite.run_phase([sys.executable, "-c", "raise SystemExit(3)"], {}, seconds_left=30) == 3
