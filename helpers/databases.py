@@ -141,11 +141,26 @@ def _likeness(db: Database, target: tvm.target.Target) -> tuple:
     return (db.cores == target.attrs.get("num-cores"), round(shared, 3))
 
 
+def same_vector_width(db: Database, target: tvm.target.Target) -> bool:
+    """Whether the database was tuned for a CPU with this one's widest vectors (AVX-512, AVX2, ...).
+
+    Schedules travel within a class, not across it: tiles sized for 32 zmm registers spill on 16
+    ymm ones. Measured on a real Zen 3 (AVX2), ResNet-50 built with the Zen 4's (AVX-512) schedules
+    ran at a quarter of eager's speed.
+    """
+    try:
+        there = machine.vector_width_bits(tvm.target.Target({"kind": "llvm", "mcpu": db.mcpu}))
+    except Exception:  # a CPU name this LLVM does not know
+        return False
+    return there == machine.vector_width_bits(target)
+
+
 def rank(found: Sequence[Database], target: tvm.target.Target) -> list[Database]:
-    """Best first: largest budget; on a tie this CPU's own, then the most similar CPU."""
+    """Best first: tuned for this CPU's vector width (AVX-512, AVX2); then the largest budget; on a tie
+    this CPU's own, then the most similar CPU."""
     return sorted(
         found,
-        key=lambda d: (d.trials_per_task or 0.0, not d.transferred, _likeness(d, target)),
+        key=lambda d: (same_vector_width(d, target), d.trials_per_task or 0.0, not d.transferred, _likeness(d, target)),
         reverse=True,
     )
 
@@ -184,7 +199,8 @@ def choose(
             why = "the only database for this model"
         else:
             others = "; ".join(f"{d.path.name} ({d.origin}, {d.budget_text})" for d in ranked[1:])
-            why = f"the largest budget of {len(ranked)} candidates (also found: {others})"
+            width = f"tuned for {machine.vector_width_bits(target)}-bit vectors like this CPU's, " if same_vector_width(best, target) else ""
+            why = f"{width}the largest budget of {len(ranked)} candidates (also found: {others})"
         if budget is not None:
             why += f", at the budget asked for ({budget:g} trials/task)"
         return replace(best, reason=why)

@@ -20,7 +20,14 @@ def _target(mcpu="znver4", cores=2):
 
 
 def _other_cpu() -> str:
-    return "skylake-avx512" if machine.cpu_name() != "skylake-avx512" else "znver5"
+    """Another CPU with this one's vector width: a database from it is a transfer within the class."""
+    pair = ("skylake-avx512", "znver5") if machine.vector_width_bits() == 512 else ("haswell", "skylake")
+    return pair[0] if machine.cpu_name() != pair[0] else pair[1]
+
+
+def _other_width_cpu() -> str:
+    """A CPU whose widest vectors differ from this one's (AVX2 here if this one has AVX-512, and the reverse)."""
+    return "haswell" if machine.vector_width_bits() == 512 else "skylake-avx512"
 
 
 def _set_budget(path, trials_per_task, quick=False):
@@ -115,12 +122,28 @@ def test_a_database_from_another_cpu_transfers_builds_and_matches_pytorch(
     assert build.check_parity(compiled, tiny_model, tiny_input) < 1e-4
 
 
+def test_a_database_for_this_vector_width_beats_a_larger_one_for_another(tiny_imported, tiny_db, places, retarget):
+    target = machine.cpu_target()
+    cores = target.attrs["num-cores"]
+    same = databases.database_dir("tiny", _target(_other_cpu(), cores), root=places["shipped"])
+    wider = databases.database_dir("tiny", _target(_other_width_cpu(), cores), root=places["shipped"])
+    retarget(tiny_db, same, _target(_other_cpu(), cores))
+    retarget(tiny_db, wider, _target(_other_width_cpu(), cores))
+    _set_budget(same, 16)
+    _set_budget(wider, 64)
+    best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    assert best.path == same and f"tuned for {machine.vector_width_bits()}-bit vectors" in best.reason
+    assert databases.rank(databases.candidates("tiny", target, places=[("shipped", places["shipped"])]), target)[1].path == wider
+
+
 def test_the_nearest_cpu_wins_among_transfers_of_equal_budget():
     here = _target("znver5", 2)
     far = databases.Database(databases.SHIPPED_ROOT / "m-b1-haswell-2cores", "shipped", "haswell", 2, 16, True)
     near = databases.Database(databases.SHIPPED_ROOT / "m-b1-znver4-2cores", "shipped", "znver4", 2, 16, True)
     other_cores = databases.Database(databases.SHIPPED_ROOT / "m-b1-znver4-8cores", "shipped", "znver4", 8, 16, True)
-    assert databases.rank([far, other_cores, near], here) == [near, far, other_cores]
+    assert databases.rank([far, other_cores, near], here) == [near, other_cores, far]  # haswell: AVX2, not AVX-512
+    also_avx512 = databases.Database(databases.SHIPPED_ROOT / "m-b1-icelake-server-2cores", "shipped", "icelake-server", 2, 16, True)
+    assert databases.rank([also_avx512, near], here) == [near, also_avx512]  # the same width: the more similar CPU
 
 
 def test_remove_deletes_the_learners_and_test_runs_databases_never_the_shipped(tiny_db, places):
