@@ -97,3 +97,34 @@ def test_busy_cores_run_while_the_block_runs_and_stop_after():
     with pytest.raises(ValueError, match="0 or more"):
         with timing.busy_cores(-1):
             pass
+
+
+def test_unreliable_flags_a_wide_spread_and_not_a_tight_one():
+    tight = timing.Timing("tight", 1, [10.0, 10.2, 10.4, 10.6, 11.0])  # IQR 0.4 ms on 10.4: 4 %
+    wide = timing.Timing("wide", 1, [8.0, 9.0, 10.0, 13.0, 20.0])  # IQR 4 ms on 10: 40 %
+    assert not timing.unreliable(tight) and timing.unreliable(wide)
+    assert timing.unreliable(wide.as_record()) and wide.as_record()["unreliable"] is True
+    at_limit = {"median_ms": 10.0, "iqr_ms": 10.0 * timing.UNRELIABLE_SPREAD}
+    assert not timing.unreliable(at_limit)
+    assert timing.unreliable({**at_limit, "iqr_ms": at_limit["iqr_ms"] + 0.01})
+
+
+def test_measure_with_retry_measures_every_backend_again_when_one_is_unreliable(monkeypatch):
+    steady, noisy = [10.0, 10.1, 10.2, 10.3], [5.0, 10.0, 20.0, 40.0]
+    calls = []
+
+    def fake_measure(backends, **options):
+        calls.append(sorted(backends))
+        second = len(calls) > 1
+        return [timing.Timing(name, 1, steady if name == "a" or (second and name == "b") else noisy)
+                for name in backends]
+
+    monkeypatch.setattr(timing, "measure", fake_measure)
+    backends = {"a": lambda: None, "b": lambda: None, "c": lambda: None}
+    result = timing.measure_with_retry(backends, repeats=4)
+    assert calls == [["a", "b", "c"], ["a", "b", "c"]]  # all again: every ratio stays within one run
+    assert [t.label for t in result] == ["a", "b", "c"]  # in the order asked
+    assert [timing.unreliable(t) for t in result] == [False, False, True]  # b settled, c is still noise
+    calls.clear()
+    timing.measure_with_retry({"a": lambda: None}, repeats=4)
+    assert calls == [["a"]]  # nothing noisy: measured once

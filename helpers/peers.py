@@ -1,0 +1,169 @@
+"""The engines a CPU user would pick instead of TVM, as zero-argument runners for ``timing.measure``.
+
+"Faster than PyTorch eager" says little on a CPU where eager is far from the best PyTorch (a Zen 3
+ran MobileNetV2 2.4x faster with torch.compile than eager): tuned TVM is compared with the fastest
+of PyTorch eager, torch.compile, torch.compile with Inductor's freezing and ONNX Runtime, each
+checked against eager on the same input before it is timed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from .build import relative_error
+from .errors import ParityError
+from .config import pick
+from .timing import Timing, torch_runner, unreliable
+
+EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
+PYTORCH = (EAGER, COMPILED, FROZEN)
+ENGINES = (*PYTORCH, ORT)
+RTOL = 1e-4  # the tolerance TVM's builds are held to (build.check_parity)
+
+
+class PeerUnavailable(RuntimeError):
+    """A peer that cannot be built for this model (e.g. ONNX export fails): reported, not fatal."""
+
+
+@dataclass
+class Peers:
+    """Runners that matched eager, the seconds each took to compile (its first call), and why any is missing."""
+
+    runners: dict[str, Callable[[], object]]
+    compile_s: dict[str, float] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def compiled_runner(model: torch.nn.Module, x: torch.Tensor, freezing: bool = False) -> tuple[Callable[[], object], float]:
+    """torch.compile (Inductor) of ``model``, compiled by a first call here: (runner, compile seconds).
+
+    Freezing (weights folded in as constants, conv + BN fused) must be on in Inductor's global config
+    while the first call compiles: ``options={"freezing": True}`` alone reaches the freezing pass but
+    not the pre-grad conv + BN fusion (measured: a frozen BN then still read its live buffers). The
+    option is passed too, because it makes the two compiles' backends differ: Dynamo caches compiled
+    code on ``forward``'s code object and serves it to any torch.compile with an equal backend, so
+    without it the second compile of one model silently ran the first one's code.
+    """
+    compiled = torch.compile(model, options={"freezing": True} if freezing else None)
+    run = torch_runner(compiled, x)
+    start = time.perf_counter()
+    with torch._inductor.config.patch(freezing=freezing):
+        run()
+    return run, time.perf_counter() - start
+
+
+def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], object], float]:
+    """ONNX Runtime on the CPU, all graph optimizations, PyTorch's thread count: (runner, export + load seconds).
+
+    Raises ``PeerUnavailable`` when the model does not export to ONNX or ONNX Runtime cannot load it.
+    """
+    import onnxruntime as ort
+
+    start = time.perf_counter()
+    try:
+        program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = torch.get_num_threads()  # the threads PyTorch and TVM get
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(program.model_proto.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+    except Exception as err:  # any exporter or loader failure: the peer is absent, with the reason
+        reason = (str(err).strip().splitlines() or [""])[0]
+        raise PeerUnavailable(f"{ORT}: {type(err).__name__}: {reason}") from err
+    seconds = time.perf_counter() - start
+    feed = {session.get_inputs()[0].name: x.numpy()}
+
+    def run():
+        return session.run(None, feed)[0]
+
+    return run, seconds
+
+
+def default_peers() -> tuple[str, ...]:
+    """Every peer; in quick mode (CI) eager and ONNX Runtime only.
+
+    Each torch.compile costs tens of seconds per model on a small CPU, and a frozen compile is
+    never served from Inductor's cache, so a notebook that runs in CI three times would pay it
+    every time; ONNX Runtime's export costs seconds and today it is the fastest of the four.
+    """
+    return pick(ENGINES, (EAGER, ORT))
+
+
+def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = True,
+          which: Sequence[str] | None = None) -> Peers:
+    """Every peer of ``model`` on ``x``, each checked against eager; ONNX Runtime is missing (with the reason)
+    when the model does not export, or when ``with_onnx_runtime`` is False (a CPU class imitated on a larger
+    one: ONNX Runtime has no switch that holds it to the smaller class's vectors, as PyTorch has).
+    ``which`` (default ``default_peers()``) names the peers to build; eager always comes.
+    Raises ``ParityError`` for a peer that runs but gives other numbers."""
+    which = default_peers() if which is None else which
+    unknown = set(which) - set(ENGINES)
+    if unknown:
+        raise ValueError(f"Unknown peers {sorted(unknown)}: choose from {list(ENGINES)}.")
+    result = Peers({EAGER: torch_runner(model, x)})
+    for label, freezing in ((COMPILED, False), (FROZEN, True)):
+        if label in which:
+            result.runners[label], result.compile_s[label] = compiled_runner(model, x, freezing)
+    try:
+        if ORT not in which:
+            raise PeerUnavailable(f"{ORT}: not asked for")
+        if not with_onnx_runtime:
+            raise PeerUnavailable(f"{ORT}: not measured on an imitated CPU: it cannot be held to that CPU's vectors")
+        result.runners[ORT], result.compile_s[ORT] = onnx_runtime_runner(model, x)
+    except PeerUnavailable as err:
+        result.missing[ORT] = str(err)
+    expected = result.runners[EAGER]().numpy()
+    for label, run in result.runners.items():
+        out = run() if label != EAGER else expected
+        error = relative_error(out.numpy() if isinstance(out, torch.Tensor) else out, expected)
+        if not error <= RTOL:  # also catches NaN
+            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {RTOL:.0e}.")
+    return result
+
+
+class Fastest(NamedTuple):
+    """The labels of the fastest PyTorch and of the fastest engine; None where none was timed."""
+
+    pytorch: str | None
+    engine: str | None
+
+
+def fastest(timings: Sequence[Timing] | Mapping[str, float]) -> Fastest:
+    """The fastest PyTorch (eager, torch.compile, freezing) and engine (those and ONNX Runtime), by median.
+
+    ``timings``: Timings, or backend -> median ms (a benchmark row's). Backends not timed are left out.
+    """
+    medians = timings if isinstance(timings, Mapping) else {t.label: t.median_ms for t in timings}
+
+    def best(labels: Sequence[str]) -> str | None:
+        return min((label for label in labels if label in medians), key=medians.__getitem__, default=None)
+
+    return Fastest(best(PYTORCH), best(ENGINES))
+
+
+def verdict(timings: Sequence[Timing], candidate: str = "TVM tuned") -> str:
+    """"Is it actually faster?" in one sentence per peer: ``candidate`` against the fastest PyTorch and the
+    fastest engine timed in the same run, each named, with a warning where a timing is noise."""
+    by_label = {t.label: t for t in timings}
+    if candidate not in by_label:
+        raise ValueError(f"No timing labelled {candidate!r}; labels are {sorted(by_label)}.")
+    best = fastest(timings)
+    lines = []
+    for kind, peer in (("the fastest PyTorch", best.pytorch), ("the fastest engine", best.engine)):
+        if peer is None:
+            continue
+        ratio = by_label[peer].median_ms / by_label[candidate].median_ms
+        word = "faster" if ratio >= 1 else "slower"
+        noisy = [t for t in (by_label[peer], by_label[candidate]) if unreliable(t)]
+        warning = f" (unreliable: {', '.join(t.label for t in noisy)} spread too wide)" if noisy else ""
+        lines.append(f"{candidate} is {max(ratio, 1 / ratio):.2f}x {word} than {kind} measured here, {peer}{warning}")
+    missing = [label for label in ENGINES if label not in by_label]
+    if missing:
+        lines.append(f"(not measured in this run: {', '.join(missing)})")
+    return "\n".join(lines)

@@ -1,0 +1,111 @@
+"""helpers.peers: naming the fastest PyTorch and engine, and real peers of a tiny conv net."""
+
+import pytest
+import torch
+
+from helpers import build, peers
+from helpers.errors import ParityError
+from helpers.timing import Timing
+
+
+def _timings(**medians):
+    """One Timing per backend, keyed as peers labels them: eager=, compiled=, frozen=, ort=, tvm=."""
+    labels = {"eager": peers.EAGER, "compiled": peers.COMPILED, "frozen": peers.FROZEN, "ort": peers.ORT,
+              "tvm": "TVM tuned"}
+    return [Timing(labels[key], 1, [ms * 0.98, ms, ms * 1.05]) for key, ms in medians.items()]
+
+
+def test_fastest_names_onnx_runtime_as_engine_and_the_best_pytorch_apart():
+    best = peers.fastest(_timings(eager=12.0, compiled=10.0, frozen=11.0, ort=7.0, tvm=5.0))
+    assert best == (peers.COMPILED, peers.ORT)  # TVM is not a peer, however fast
+
+
+def test_fastest_names_freezing_when_it_beats_the_rest():
+    best = peers.fastest(_timings(eager=12.0, compiled=10.0, frozen=8.0, ort=9.0))
+    assert best.pytorch == best.engine == peers.FROZEN
+
+
+def test_fastest_leaves_out_missing_peers():
+    assert peers.fastest(_timings(eager=12.0, compiled=10.0)) == (peers.COMPILED, peers.COMPILED)
+    assert peers.fastest(_timings(ort=3.0, tvm=1.0)) == (None, peers.ORT)
+    assert peers.fastest([]) == (None, None)
+    assert peers.fastest({peers.EAGER: 5.0, peers.FROZEN: 6.0}) == (peers.EAGER, peers.EAGER)  # a row's medians
+
+
+@pytest.fixture(scope="module")
+def conv_bn_relu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+    with torch.no_grad():  # statistics that are not the identity, so that folding BN changes the weights
+        model[1].running_mean.normal_()
+        model[1].running_var.uniform_(0.5, 2.0)
+    return model.eval(), torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+def test_every_peer_runs_matches_eager_and_freezing_really_froze(conv_bn_relu):
+    model, x = conv_bn_relu
+    found = peers.peers(model, x, which=peers.ENGINES)
+    assert list(found.runners) == list(peers.ENGINES) and not found.missing
+    assert set(found.compile_s) == {peers.COMPILED, peers.FROZEN, peers.ORT} and min(found.compile_s.values()) > 0
+    with torch.no_grad():
+        expected = model(x).numpy()
+    for label, run in found.runners.items():
+        out = run()
+        assert build.relative_error(out.numpy() if isinstance(out, torch.Tensor) else out, expected) < peers.RTOL, label
+    # Frozen weights are constants: after BN's statistics change, only the frozen compile gives the old output.
+    # (Had it been served the plain compile's code from Dynamo's cache, it would follow the change.)
+    try:
+        with torch.no_grad():
+            model[1].running_mean += 1.0
+            changed = model(x).numpy()
+        assert build.relative_error(found.runners[peers.COMPILED]().numpy(), changed) < peers.RTOL
+        assert build.relative_error(found.runners[peers.FROZEN]().numpy(), expected) < peers.RTOL
+        assert build.relative_error(changed, expected) > 0.1
+    finally:
+        with torch.no_grad():
+            model[1].running_mean -= 1.0
+
+
+def test_a_model_that_does_not_export_has_onnx_runtime_missing_with_the_reason(conv_bn_relu, monkeypatch):
+    def fail(*args, **kwargs):
+        raise RuntimeError("unsupported operator aten::made_up\nmore detail")
+
+    monkeypatch.setattr(torch.onnx, "export", fail)
+    with pytest.raises(peers.PeerUnavailable, match="RuntimeError: unsupported operator aten::made_up$"):
+        peers.onnx_runtime_runner(*conv_bn_relu)
+    found = peers.peers(*conv_bn_relu, which=peers.ENGINES)
+    assert list(found.runners) == list(peers.PYTORCH) and "aten::made_up" in found.missing[peers.ORT]
+
+
+def test_a_peer_that_gives_other_numbers_is_an_error_not_a_result(conv_bn_relu, monkeypatch):
+    model, x = conv_bn_relu
+    wrong = model(x).detach().numpy() * 1.01
+    monkeypatch.setattr(peers, "onnx_runtime_runner", lambda model, x: (lambda: wrong, 0.1))
+    with pytest.raises(ParityError, match=r"ONNX Runtime differs from PyTorch eager: relative error 1\.0\de-02"):
+        peers.peers(model, x)
+
+
+def test_quick_mode_builds_eager_and_onnx_runtime_only(monkeypatch):
+    monkeypatch.setenv("TVM_COURSE_QUICK", "1")
+    assert peers.default_peers() == (peers.EAGER, peers.ORT)
+    monkeypatch.setenv("TVM_COURSE_QUICK", "0")
+    assert peers.default_peers() == peers.ENGINES
+
+
+def test_unknown_peers_and_an_imitated_cpu_are_said(conv_bn_relu):
+    with pytest.raises(ValueError, match="Unknown peers.*TensorRT"):
+        peers.peers(*conv_bn_relu, which=["TensorRT"])
+    found = peers.peers(*conv_bn_relu, which=[peers.ORT], with_onnx_runtime=False)
+    assert list(found.runners) == [peers.EAGER] and "imitated CPU" in found.missing[peers.ORT]
+
+
+def test_verdict_names_the_fastest_peers_says_slower_and_warns_about_noise():
+    text = peers.verdict(_timings(eager=12.0, compiled=10.0, ort=4.0, tvm=5.0))
+    lines = text.splitlines()
+    assert lines[0] == f"TVM tuned is 2.00x faster than the fastest PyTorch measured here, {peers.COMPILED}"
+    assert lines[1] == f"TVM tuned is 1.25x slower than the fastest engine measured here, {peers.ORT}"
+    assert lines[2] == f"(not measured in this run: {peers.FROZEN})"
+    noisy = _timings(eager=12.0, tvm=5.0) + [Timing(peers.ORT, 1, [1.0, 4.0, 9.0, 20.0])]
+    assert "(unreliable: ONNX Runtime spread too wide)" in peers.verdict(noisy)
+    with pytest.raises(ValueError, match="No timing labelled 'TVM tuned'"):
+        peers.verdict(_timings(eager=1.0))
