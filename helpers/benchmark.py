@@ -9,10 +9,12 @@ Two commands (see the README):
   beside the database, so Day 8 can show how long tuning takes to reach parity.
   ``--seed-from DIR`` tops up a database made on another CPU instead of
   starting from scratch.
-* ``python -m helpers.benchmark table`` measures, for each model, PyTorch eager,
-  torch.compile, untuned TVM and tuned TVM (with the database ``databases.choose``
-  picks: this CPU's, else one transferred from another CPU, and says which)
-  side by side, and writes the table with the machine it came from to ``results/``.
+* ``python -m helpers.benchmark table`` measures, for each model, PyTorch's peers
+  (eager, torch.compile, torch.compile with freezing, ONNX Runtime: ``helpers.peers``),
+  untuned TVM and tuned TVM (with the database ``databases.choose`` picks: this
+  CPU's, else one transferred from another CPU, and says which) side by side, names
+  the fastest PyTorch and the fastest engine tuned TVM is held against, and writes
+  the table with the machine it came from to ``results/``.
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ from pathlib import Path
 import torch
 import tvm
 
-from . import databases, dispatch, kernels, machine, models, timing, tuning
+from . import databases, dispatch, kernels, machine, models, peers, timing, tuning
 from .build import CompiledModel, check_parity, compile_model
+from .peers import COMPILED, EAGER, FROZEN, ORT
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_ROOT = REPO / "results"
 CURVE_FILE = "tuning_curve.json"
 BENCH_MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")
-EAGER, COMPILED, UNTUNED, TUNED = "PyTorch eager", "torch.compile", "TVM untuned", "TVM tuned"
+UNTUNED, TUNED = "TVM untuned", "TVM tuned"
 # Day 13: the dense convolutions sent to PyTorch's oneDNN (helpers.dispatch), the rest tuned TVM,
 # timed against eager in a process of its own (EAGER_BESIDE_DISPATCHED): with a oneDNN call between
 # two TVM kernels, TVM's spinning pool threads starve PyTorch's (Day 13 measured 177 ms against
@@ -107,6 +110,7 @@ def tune_in_stages(
     repeats: int = 50,
     keep: int | None = None,
     seed_from: Path | None = None,
+    target: tvm.target.Target | None = None,
 ) -> Path:
     """Tune ``model_name`` with prepacking up to each cumulative budget in ``stages``.
 
@@ -118,8 +122,10 @@ def tune_in_stages(
     on from a pruned database starts its cost model almost from scratch).
     ``seed_from`` starts the first stage from another database's best
     schedules, measured here first (a top-up of a database made on another CPU).
+    ``target`` defaults to this CPU's; ``transfer_study.emulated_target("znver3")`` tunes for
+    a CPU class this one can imitate (AVX2 on an AVX-512 CPU), into that class's directory.
     """
-    target = machine.cpu_target()
+    target = target or machine.cpu_target()
     work_dir = work_dir or databases.database_dir(model_name, target, batch)
     model = models.load_model(model_name)
     x = models.example_input(batch)
@@ -178,24 +184,22 @@ def ship(work_dir: Path, keep: int = 1) -> int:
 # ------------------------------------------------------------------------ table
 
 
-def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20) -> dict:
+def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: tvm.target.Target | None = None) -> dict:
     """One row of the table: every backend on one model, timed interleaved in one run.
 
-    Tuned TVM uses the database ``databases.choose`` picks (this CPU's, else one
-    transferred from another CPU, labelled as such in the row); it is left out
-    (None) only when no database exists for the model at all: its absence is
-    part of the answer, not an error. Nothing is tuned here.
+    The peers are ``helpers.peers``' (ONNX Runtime left out, with the reason in ``missing``, when the
+    model does not export); a backend whose timing is unreliable is measured once more. Tuned TVM
+    uses the database ``databases.choose`` picks (this CPU's, else one transferred from another CPU,
+    labelled as such in the row); it is left out (None) only when no database exists for the model
+    at all: its absence is part of the answer, not an error. Nothing is tuned here. ``target``
+    (default: this CPU's) may be an imitated CPU class (``transfer_study.emulated_target``).
     """
-    target = machine.cpu_target()
+    target = target or machine.cpu_target()
     model = models.load_model(model_name)
     x = models.example_input(batch)
     imported = models.import_to_relax(model, x)
-    runners = {EAGER: timing.torch_runner(model, x)}
-    compiled_model = torch.compile(model)
-    start = time.perf_counter()
-    runners[COMPILED] = timing.torch_runner(compiled_model, x)
-    runners[COMPILED]()  # compiles on the first call
-    compile_s = time.perf_counter() - start
+    found = peers.peers(model, x, with_onnx_runtime=not _imitated(target))
+    runners = dict(found.runners)
     untuned = compile_model(imported, target)
     check_parity(untuned, model, x)
     runners[UNTUNED] = timing.tvm_runner(untuned, x)
@@ -210,41 +214,58 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20) -> dict:
         runners[TUNED] = timing.tvm_runner(tuned, x)
         trials, label = database.trials_per_task, database.label()
     load = _load_average()
-    timings = timing.measure(runners, batch=batch, warmup=3, repeats=repeats)
-    row = {"model": model_name, "batch": batch, "torch_compile_s": round(compile_s, 1), "trials_per_task": trials,
-           "database": label, "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()}}
+    timings = timing.measure_with_retry(runners, batch=batch, warmup=3, repeats=repeats)
+    row = {"model": model_name, "batch": batch, "compile_s": {k: round(v, 1) for k, v in found.compile_s.items()},
+           "missing": found.missing, "trials_per_task": trials, "database": label,
+           "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()}}
     row.update(_records(timings))
     row["load_average"] = [load, _load_average()]
     if TUNED in runners:
-        row.update(_dispatch_run_in_its_own_process(model_name, batch, repeats))
+        row.update(_dispatch_run_in_its_own_process(model_name, batch, repeats, target))
     return row
+
+
+def _imitated(target: tvm.target.Target) -> bool:
+    """Whether ``target`` is another CPU class imitated on this one (``transfer_study.emulated_target``)."""
+    return str(target.attrs.get("mcpu")) != machine.cpu_name()
+
+
+def _target_for(mcpu: str | None) -> tvm.target.Target:
+    """This CPU's target, or (``mcpu``) that of a CPU class imitated on this one, PyTorch held to its vectors."""
+    if not mcpu or mcpu == machine.cpu_name():
+        return machine.cpu_target()
+    from .transfer_study import emulated_target  # (it imports this module)
+
+    return emulated_target(mcpu)
 
 
 def _records(timings: Sequence[timing.Timing]) -> dict[str, dict]:
     return {t.label: {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)} for t in timings}
 
 
-def dispatch_run(model_name: str, batch: int = 1, repeats: int = 20) -> dict[str, dict]:
+def dispatch_run(model_name: str, batch: int = 1, repeats: int = 20, mcpu: str | None = None) -> dict[str, dict]:
     """Eager against tuned TVM with its dense convolutions on oneDNN, interleaved in this process.
 
     Run it in a process whose TVM pool does not spin (``SPIN_ENV`` set to 0 before TVM first runs
     parallel code): ``benchmark_model`` starts one for it.
     """
-    target = machine.cpu_target()
+    target = _target_for(mcpu)
     model = models.load_model(model_name)
     x = models.example_input(batch)
     imported = models.import_to_relax(model, x)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     dispatched = dispatch.compile_dispatched(imported, target, database=database)
     check_parity(dispatched, model, x)
-    timings = timing.measure({EAGER_BESIDE_DISPATCHED: timing.torch_runner(model, x),
-                              DISPATCHED: timing.tvm_runner(dispatched, x)}, batch=batch, warmup=3, repeats=repeats)
+    timings = timing.measure_with_retry({EAGER_BESIDE_DISPATCHED: timing.torch_runner(model, x),
+                                         DISPATCHED: timing.tvm_runner(dispatched, x)},
+                                        batch=batch, warmup=3, repeats=repeats)
     return _records(timings)
 
 
-def _dispatch_run_in_its_own_process(model_name: str, batch: int, repeats: int) -> dict[str, dict]:
+def _dispatch_run_in_its_own_process(model_name: str, batch: int, repeats: int,
+                                     target: tvm.target.Target) -> dict[str, dict]:
     command = [sys.executable, "-m", "helpers.benchmark", "dispatch-run", model_name,
-               "--batch", str(batch), "--repeats", str(repeats)]
+               "--batch", str(batch), "--repeats", str(repeats), "--mcpu", str(target.attrs["mcpu"])]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, SPIN_ENV: "0"})
     if done.returncode != 0:
         print(f"{model_name}: the dispatch run failed: {done.stderr.strip().splitlines()[-1:]}", flush=True)
@@ -256,51 +277,76 @@ def _load_average() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _ms(row: dict, label: str) -> float | None:
-    return row[label]["median_ms"] if label in row else None
+def ratios(row: dict) -> dict[str, float | str | None]:
+    """The headline: speedups (> 1: faster) of tuned TVM over the fastest PyTorch and over the fastest engine,
+    each named (``fastest_pytorch``, ``fastest_engine``); then of tuned TVM over eager, of untuned TVM over
+    eager, and of tuned TVM with its dense convolutions on oneDNN over the eager of its own run.
 
+    A backend a row lacks counts as absent (rows measured before freezing and ONNX Runtime joined the table).
+    """
+    medians = {label: r["median_ms"] for label, r in row.items() if isinstance(r, dict) and "median_ms" in r}
+    best = peers.fastest(medians)
 
-def ratios(row: dict) -> dict[str, float | None]:
-    """Speedups (> 1: faster) of tuned TVM over eager and over torch.compile, of untuned TVM over eager,
-    and of tuned TVM with its dense convolutions on oneDNN over the eager of its own run."""
-    eager, compiled, untuned, tuned = (_ms(row, k) for k in (EAGER, COMPILED, UNTUNED, TUNED))
-    eager_beside, dispatched = _ms(row, EAGER_BESIDE_DISPATCHED), _ms(row, DISPATCHED)
+    def speedup(base: str | None, over: str) -> float | None:
+        return medians[base] / medians[over] if base in medians and over in medians else None
+
     return {
-        "tuned_vs_eager": eager / tuned if tuned else None,
-        "dispatched_vs_eager": eager_beside / dispatched if dispatched else None,
-        "tuned_vs_compile": compiled / tuned if tuned else None,
-        "untuned_vs_eager": eager / untuned if untuned else None,
+        "fastest_pytorch": best.pytorch,
+        "tuned_vs_fastest_pytorch": speedup(best.pytorch, TUNED),
+        "fastest_engine": best.engine,
+        "tuned_vs_fastest_engine": speedup(best.engine, TUNED),
+        "tuned_vs_eager": speedup(EAGER, TUNED),
+        "untuned_vs_eager": speedup(EAGER, UNTUNED),
+        "dispatched_vs_eager": speedup(EAGER_BESIDE_DISPATCHED, DISPATCHED),
     }
 
 
+UNRELIABLE_MARK = "≈ "
+
+
 def format_table(rows: Sequence[dict], machine_summary: str) -> str:
-    """The benchmark as a Markdown table: medians (IQR) in ms, then speedups."""
+    """The benchmark as a Markdown table: medians (IQR) in ms, then speedups; noisy numbers marked."""
 
-    def cell(row, label):
-        return f"{row[label]['median_ms']:.2f} ({row[label]['iqr_ms']:.2f})" if label in row else "no database"
+    def mark(row, *labels):
+        return UNRELIABLE_MARK if any(label in row and timing.unreliable(row[label]) for label in labels) else ""
 
-    def ratio(value):
-        return "—" if value is None else f"{value:.2f}×"
+    def cell(row, label, absent="—"):
+        return f"{mark(row, label)}{row[label]['median_ms']:.2f} ({row[label]['iqr_ms']:.2f})" if label in row else absent
+
+    def ratio(row, value, base, over, named=False):
+        if value is None:
+            return "—"
+        return f"{mark(row, base, over)}{value:.2f}×" + (f" ({base})" if named else "")
 
     threads = {f"TVM {r['threads']['TVM']}, PyTorch {r['threads']['PyTorch']}" for r in rows if "threads" in r}
     lines = [
         f"Machine: {machine_summary}",
         *(f"Threads: {t}" for t in sorted(threads)),
         "",
-        "| model | batch | eager ms | torch.compile ms | TVM untuned ms | TVM tuned ms | tuned vs eager "
-        "| tuned vs torch.compile | untuned vs eager | tuned + oneDNN convs ms | + oneDNN convs vs eager "
-        "| trials/task | database |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| model | batch | eager ms | torch.compile ms | torch.compile (freezing) ms | ONNX Runtime ms | TVM untuned ms "
+        "| TVM tuned ms | tuned vs fastest PyTorch | tuned vs fastest engine | tuned vs eager | untuned vs eager "
+        "| tuned + oneDNN convs ms | + oneDNN convs vs eager | trials/task | database |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         r = ratios(row)
         lines.append(
-            f"| {row['model']} | {row['batch']} | {cell(row, EAGER)} | {cell(row, COMPILED)} | {cell(row, UNTUNED)} "
-            f"| {cell(row, TUNED)} | {ratio(r['tuned_vs_eager'])} | {ratio(r['tuned_vs_compile'])} "
-            f"| {ratio(r['untuned_vs_eager'])} | {cell(row, DISPATCHED)} | {ratio(r['dispatched_vs_eager'])} "
+            f"| {row['model']} | {row['batch']} | {cell(row, EAGER)} | {cell(row, COMPILED)} | {cell(row, FROZEN)} "
+            f"| {cell(row, ORT)} | {cell(row, UNTUNED)} | {cell(row, TUNED, 'no database')} "
+            f"| {ratio(row, r['tuned_vs_fastest_pytorch'], r['fastest_pytorch'], TUNED, named=True)} "
+            f"| {ratio(row, r['tuned_vs_fastest_engine'], r['fastest_engine'], TUNED, named=True)} "
+            f"| {ratio(row, r['tuned_vs_eager'], EAGER, TUNED)} | {ratio(row, r['untuned_vs_eager'], EAGER, UNTUNED)} "
+            f"| {cell(row, DISPATCHED, 'no database')} "
+            f"| {ratio(row, r['dispatched_vs_eager'], EAGER_BESIDE_DISPATCHED, DISPATCHED)} "
             f"| {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
         )
     lines += ["", "Medians of interleaved runs, interquartile range in brackets; speedup > 1 means faster.",
+              f"{UNRELIABLE_MARK.strip()} marks a timing (or a speedup built on one) whose interquartile range is over "
+              f"{timing.UNRELIABLE_SPREAD:.0%} of its median even after measuring it again: noise, not a result.",
+              "The fastest PyTorch is the fastest of eager, torch.compile and torch.compile with freezing; the fastest "
+              "engine adds ONNX Runtime. A peer not measured (—) does not compete.",
+              *(f"{label} missing for {row['model']}: {reason}" for row in rows
+                for label, reason in row.get("missing", {}).items()),
               f"Tuned + oneDNN convs (Day 13's dispatch) is timed against eager in a process of its own, with "
               f"TVM's pool not spinning ({SPIN_ENV}=0); its speedup is over that run's eager."]
     return "\n".join(lines)
@@ -383,20 +429,31 @@ def save_record(path: Path, **fields: object) -> dict:
     return record
 
 
-def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, save: bool = True) -> str:
-    """Benchmark each model, print the table, and keep it (JSON and Markdown) in results/."""
+def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, save: bool = True,
+              mcpu: str | None = None) -> str:
+    """Benchmark each model, print the table, and keep it (JSON and Markdown) in results/.
+
+    ``mcpu`` imitates a CPU class this one can run (``znver3``: AVX2 on an AVX-512 CPU); the
+    files are then named ``...-on-<this cpu>``, and ONNX Runtime, which cannot be held to the
+    smaller class's vectors, is left out.
+    """
     info = machine.describe()
+    target = _target_for(mcpu)
     rows = []
     for name in model_names:
         print(f"benchmarking {name} ...", flush=True)
-        rows.append(benchmark_model(name, batch, repeats))
-    text = format_table(rows, info.summary())
+        rows.append(benchmark_model(name, batch, repeats, target))
+    summary = info.summary() + (f"; imitating {target.attrs['mcpu']} (TVM built for it, PyTorch held to "
+                                f"{os.environ.get('ONEDNN_MAX_CPU_ISA')})" if _imitated(target) else "")
+    text = format_table(rows, summary)
     print(text)
     if save:
-        target = machine.cpu_target()
-        record = save_record(results_path(target, "json"), machine=info.as_dict(), target=str(target), rows=rows)
-        results_path(target, "md").write_text(f"# Benchmark, measured {record['measured']}\n\n{text}\n")
-        print(f"saved {results_path(target, 'md')}")
+        paths = [results_path(target, suffix) for suffix in ("json", "md")]
+        if _imitated(target):
+            paths = [p.with_name(f"{p.stem}-on-{machine.cpu_name()}{p.suffix}") for p in paths]
+        record = save_record(paths[0], machine=info.as_dict(), target=str(target), imitated=_imitated(target), rows=rows)
+        paths[1].write_text(f"# Benchmark, measured {record['measured']}\n\n{text}\n")
+        print(f"saved {paths[1]}")
     return text
 
 
@@ -413,11 +470,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_cmd.add_argument("--keep", type=int, default=None, help="prune to the K fastest records per kernel at the end")
     tune_cmd.add_argument("--seed-from", type=Path, default=None,
                           help="a database (e.g. one shipped for another CPU) whose best schedules start the search")
-    table_cmd = sub.add_parser("table", help="eager, torch.compile, TVM untuned and tuned, side by side")
+    tune_cmd.add_argument("--mcpu", default=None, help="tune for a CPU class this one can imitate (e.g. znver3: AVX2)")
+    table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
     table_cmd.add_argument("--batch", type=int, default=1)
     table_cmd.add_argument("--repeats", type=int, default=20)
     table_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    table_cmd.add_argument("--mcpu", default=None, help="imitate a CPU class this one can run (e.g. znver3: AVX2)")
     int8_cmd = sub.add_parser("int8", help="Day 12: PyTorch fp32 and int8 against TVM fp32 and int8 tuned, MobileNetV2")
     int8_cmd.add_argument("--repeats", type=int, default=30)
     int8_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
@@ -425,15 +484,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     dispatch_cmd.add_argument("model", choices=models.available_models())
     dispatch_cmd.add_argument("--batch", type=int, default=1)
     dispatch_cmd.add_argument("--repeats", type=int, default=20)
+    dispatch_cmd.add_argument("--mcpu", default=None)
     args = parser.parse_args(argv)
     if args.command == "tune":
-        print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from))
+        print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from,
+                             target=_target_for(args.mcpu)))
     elif args.command == "int8":
         run_int8(args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":
-        print(json.dumps(dispatch_run(args.model, args.batch, args.repeats)))
+        print(json.dumps(dispatch_run(args.model, args.batch, args.repeats, args.mcpu)))
     else:
-        run_table(args.models or list(BENCH_MODELS), args.batch, args.repeats, save=not args.no_save)
+        run_table(args.models or list(BENCH_MODELS), args.batch, args.repeats, save=not args.no_save, mcpu=args.mcpu)
     return 0
 
 

@@ -12,39 +12,67 @@ def _target(mcpu="znver4", cores=2):
     return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})
 
 
-def _row(model, eager, compiled, untuned, tuned=None, dispatched=None):
-    row = {"model": model, "batch": 1, "torch_compile_s": 30.0, "trials_per_task": 32 if tuned else None,
+def _row(model, eager, compiled, untuned, tuned=None, dispatched=None, frozen=None, ort=None, noisy=()):
+    """A table row as benchmark_model writes it; without ``frozen`` and ``ort``, one measured before they joined."""
+    row = {"model": model, "batch": 1, "compile_s": {benchmark.COMPILED: 30.0}, "trials_per_task": 32 if tuned else None,
            "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None,
            "threads": {"TVM": 2, "PyTorch": 2}}
-    for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.UNTUNED, untuned),
-                      (benchmark.TUNED, tuned), (benchmark.DISPATCHED, dispatched),
+    for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.FROZEN, frozen),
+                      (benchmark.ORT, ort), (benchmark.UNTUNED, untuned), (benchmark.TUNED, tuned),
+                      (benchmark.DISPATCHED, dispatched),
                       (benchmark.EAGER_BESIDE_DISPATCHED, 2 * dispatched if dispatched else None)):
         if ms is not None:
-            row[label] = {"median_ms": ms, "iqr_ms": ms / 10, "repeats": 20}
+            row[label] = {"median_ms": ms, "iqr_ms": ms / 2 if label in noisy else ms / 10, "repeats": 20}
     return row
 
 
-def test_ratios_are_speedups_and_missing_tuned_is_none():
-    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, dispatched=6.0))
-    assert r == {"tuned_vs_eager": 1.5, "dispatched_vs_eager": 2.0, "tuned_vs_compile": 1.25, "untuned_vs_eager": 0.1}
+def test_ratios_hold_tuned_against_the_fastest_pytorch_and_engine_and_name_them():
+    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, dispatched=6.0,
+                              frozen=9.6, ort=6.4))
+    assert r == {"fastest_pytorch": benchmark.FROZEN, "tuned_vs_fastest_pytorch": 1.2,
+                 "fastest_engine": benchmark.ORT, "tuned_vs_fastest_engine": 0.8,
+                 "tuned_vs_eager": 1.5, "untuned_vs_eager": 0.1, "dispatched_vs_eager": 2.0}
     r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0))
-    assert r["tuned_vs_eager"] is None and r["tuned_vs_compile"] is None and r["untuned_vs_eager"] == 0.1
-    assert r["dispatched_vs_eager"] is None
+    assert r["fastest_pytorch"] == r["fastest_engine"] == benchmark.COMPILED  # still named without a tuned build
+    assert r["tuned_vs_fastest_pytorch"] is None and r["tuned_vs_fastest_engine"] is None
+    assert r["tuned_vs_eager"] is None and r["dispatched_vs_eager"] is None and r["untuned_vs_eager"] == 0.1
+
+
+def test_ratios_read_rows_measured_before_freezing_and_onnx_runtime_joined():
+    shipped = json.loads((benchmark.RESULTS_ROOT / "benchmark-znver5-2cores.json").read_text())["rows"]
+    mnv2 = next(row for row in shipped if row["model"] == "mobilenet_v2")
+    assert benchmark.FROZEN not in mnv2 and benchmark.ORT not in mnv2
+    r = benchmark.ratios(mnv2)
+    best = min((benchmark.EAGER, benchmark.COMPILED), key=lambda label: mnv2[label]["median_ms"])
+    assert r["fastest_pytorch"] == r["fastest_engine"] == best
+    assert r["tuned_vs_fastest_engine"] == pytest.approx(mnv2[best]["median_ms"] / mnv2[benchmark.TUNED]["median_ms"])
 
 
 def test_format_table_has_one_line_per_model_and_says_when_no_database():
     text = benchmark.format_table(
-        [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0, 6.0), _row("resnet50", 60.0, 50.0, 900.0)], "test cpu, 2 cores"
+        [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0, 6.0, frozen=9.6, ort=6.4),
+         {**_row("resnet50", 60.0, 50.0, 900.0, frozen=40.0), "missing": {benchmark.ORT: "ONNX Runtime: no export"}}],
+        "test cpu, 2 cores",
     )
     lines = text.splitlines()
     assert lines[0] == "Machine: test cpu, 2 cores"
     assert lines[1] == "Threads: TVM 2, PyTorch 2"  # both libraries on the same threads, said next to the numbers
     mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
-    assert "8.00 (0.80)" in mnv2 and "1.50×" in mnv2 and "1.25×" in mnv2 and "0.10×" in mnv2 and "| 32 |" in mnv2
-    assert "transferred from znver4" in mnv2
+    assert "8.00 (0.80)" in mnv2 and "9.60 (0.96)" in mnv2 and "6.40 (0.64)" in mnv2 and "| 32 |" in mnv2
+    assert f"| 1.20× ({benchmark.FROZEN}) | 0.80× ({benchmark.ORT}) | 1.50× | 0.10× |" in mnv2
+    assert "transferred from znver4" in mnv2 and "≈" not in mnv2
     assert "6.00 (0.60)" in mnv2 and "| 2.00× |" in mnv2  # the dense convolutions on oneDNN: 12 / 6
     r50 = next(line for line in lines if line.startswith("| resnet50"))
-    assert "no database" in r50 and "—" in r50
+    assert "no database" in r50 and "| 40.00 (4.00) | — |" in r50  # ONNX Runtime absent
+    assert "ONNX Runtime missing for resnet50: ONNX Runtime: no export" in lines
+
+
+def test_format_table_marks_unreliable_timings_and_the_speedups_built_on_them():
+    row = _row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, frozen=9.6, ort=6.4,
+               noisy=(benchmark.ORT,))  # IQR half the median
+    line = next(line for line in benchmark.format_table([row], "cpu").splitlines() if line.startswith("| m "))
+    assert "| ≈ 6.40 (3.20) |" in line and "| 9.60 (0.96) |" in line
+    assert f"| 1.20× ({benchmark.FROZEN}) | ≈ 0.80× ({benchmark.ORT}) | 1.50× |" in line
 
 
 def test_results_path_is_per_cpu_and_core_count(tmp_path):
@@ -109,3 +137,19 @@ def test_shipped_results_name_their_machine():
         assert record["machine"]["cpu"] and record["machine"]["cores"] >= 1 and record["measured"]
         assert {row["model"] for row in record["rows"]} >= {"mobilenet_v2"}
         assert path.with_suffix(".md").is_file()
+
+
+def test_the_table_and_tuning_can_target_an_imitated_cpu_class(monkeypatch):
+    from helpers import machine
+
+    assert str(benchmark._target_for(None)) == str(machine.cpu_target())
+    assert str(benchmark._target_for(machine.cpu_name())) == str(machine.cpu_target())
+    assert not benchmark._imitated(machine.cpu_target())
+    if machine.vector_width_bits() < 512:
+        pytest.skip("imitating an AVX2 CPU needs one with AVX-512")
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):  # emulated_target sets them: restore after the test
+        monkeypatch.setenv(name, "")
+    imitated = benchmark._target_for("znver3")
+    assert imitated.attrs["mcpu"] == "znver3" and benchmark._imitated(imitated)
+    assert machine.vector_width_bits(imitated) == 256
+    assert benchmark.results_path(imitated, "md").name == f"benchmark-znver3-{machine.core_count()}cores.md"
