@@ -20,7 +20,7 @@ from typing import Sequence
 import tvm
 from tvm import relax
 
-from . import benchmark, build, config, databases, ir, machine, models, profiling, timing
+from . import benchmark, build, config, databases, ir, machine, models, peers, profiling, timing
 from .benchmark import EAGER, TUNED
 
 ZOO = benchmark.BENCH_MODELS
@@ -88,21 +88,27 @@ class ZooResult:
     profile: profiling.Profile
 
     def row(self) -> dict:
-        """One plain record: the model, its operator mix and both latencies."""
-        by_label = {t.label: t for t in self.timings}
+        """One plain record: the model, its operator mix, the latencies, and tuned TVM against eager
+        (``speedup``), the fastest PyTorch and the fastest engine of the run, each named."""
+        by_label = {t.label: t.median_ms for t in self.timings}
+        best = peers.fastest(self.timings)
         return {
             "model": self.name,
             **self.mix,
-            "eager ms": round(by_label[EAGER].median_ms, 2),
-            "TVM tuned ms": round(by_label[TUNED].median_ms, 2),
-            "speedup": round(by_label[EAGER].median_ms / by_label[TUNED].median_ms, 2),
+            **{f"{label} ms": round(ms, 2) for label, ms in by_label.items()},
+            "eager ms": round(by_label[EAGER], 2),
+            "speedup": round(by_label[EAGER] / by_label[TUNED], 2),
+            "fastest PyTorch": best.pytorch,
+            "vs fastest PyTorch": round(by_label[best.pytorch] / by_label[TUNED], 2),
+            "fastest engine": best.engine,
+            "vs fastest engine": round(by_label[best.engine] / by_label[TUNED], 2),
             "trials/task": self.database.trials_per_task,
             "database": self.database.label(),
         }
 
 
 def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: float | None = None) -> ZooResult:
-    """Import, fuse, build tuned, check, time against eager and profile one model.
+    """Import, fuse, build tuned, check, time against the peers (``peers.default_peers()``) and profile one model.
 
     The tuning database comes from ``databases.choose``: the largest budget for
     this CPU, else one transferred from another CPU. ``budget`` (trials per task)
@@ -118,7 +124,8 @@ def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: flo
     compiled = database.compile(imported, target)
     error = build.check_parity(compiled, model, x)
     repeats = repeats or config.pick(20, 5)
-    timings = list(benchmark.time_eager_and_tuned(model, x, compiled, repeats, warmup=2))
+    runners = {**peers.peers(model, x).runners, TUNED: timing.tvm_runner(compiled, x)}
+    timings = timing.measure_with_retry(runners, warmup=2, repeats=repeats)
     prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
     return ZooResult(name, mix, database, error, timings, prof)
 
