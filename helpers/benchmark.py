@@ -214,7 +214,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
         runners[TUNED] = timing.tvm_runner(tuned, x)
         trials, label = database.trials_per_task, database.label()
     load = _load_average()
-    timings = timing.measure_with_retry(runners, batch=batch, warmup=3, repeats=repeats)
+    timings = timing.measure_engines(runners, batch=batch, warmup=3, repeats=repeats)
     row = {"model": model_name, "batch": batch, "compile_s": {k: round(v, 1) for k, v in found.compile_s.items()},
            "missing": found.missing, "trials_per_task": trials, "database": label,
            "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()}}

@@ -125,7 +125,7 @@ def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: flo
     error = build.check_parity(compiled, model, x)
     repeats = repeats or config.pick(20, 5)
     runners = {**peers.peers(model, x).runners, TUNED: timing.tvm_runner(compiled, x)}
-    timings = timing.measure_with_retry(runners, warmup=2, repeats=repeats)
+    timings = timing.measure_engines(runners, warmup=2, repeats=repeats)
     prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
     return ZooResult(name, mix, database, error, timings, prof)
 

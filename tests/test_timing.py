@@ -1,3 +1,4 @@
+import itertools
 import time
 
 import psutil
@@ -128,3 +129,32 @@ def test_measure_with_retry_measures_every_backend_again_when_one_is_unreliable(
     calls.clear()
     timing.measure_with_retry({"a": lambda: None}, repeats=4)
     assert calls == [["a"]]  # nothing noisy: measured once
+
+
+def test_blocks_time_several_calls_in_a_row_after_settling_for_a_while():
+    calls = []
+
+    def backend(name, seconds):
+        def run():
+            start = time.perf_counter()
+            time.sleep(seconds)
+            calls.append((name, time.perf_counter() - start))
+        return run
+
+    got = timing.measure({"a": backend("a", 0.004), "b": backend("b", 0.001)}, warmup=0, repeats=5, settle_s=0.01, block=2)
+    assert [len(t.times_ms) for t in got] == [5, 5]
+    runs = [(name, [s for _, s in group]) for name, group in itertools.groupby(calls, key=lambda c: c[0])]
+    assert [name for name, _ in runs] == ["a", "b"] * 3  # rounds of blocks, still alternating
+    for (name, seconds), timed in zip(runs, [2, 2, 2, 2, 1, 1]):  # the last round times the one call left
+        settling = seconds[:-timed]
+        assert settling and sum(settling) >= 0.01 - 1e-3, (name, settling)  # at least settle_s of its own calls
+        assert sum(settling[:-1]) < 0.01 + 1e-3, (name, settling)  # and no more calls than that took
+    with pytest.raises(ValueError, match="block must be at least 1"):
+        timing.measure({"a": backend("a", 0)}, repeats=1, block=0)
+
+
+def test_measure_engines_uses_the_engine_settings(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(timing, "measure", lambda backends, **options: seen.update(options) or [])
+    timing.measure_engines({"a": lambda: None}, repeats=3)
+    assert seen == {"settle_s": timing.PEER_SETTLE_S, "block": timing.PEER_BLOCK, "repeats": 3}
