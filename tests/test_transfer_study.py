@@ -20,7 +20,7 @@ def host_is_a_zen4(monkeypatch):
     zen4 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})
     monkeypatch.setattr(machine, "cpu_features", lambda target=None: real(target if target is not None else zen4))
     monkeypatch.setattr(machine, "cpu_name", lambda: "znver4")
-    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"):
+    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.setenv(var, "unset")
 
 
@@ -31,6 +31,7 @@ def test_imitating_a_smaller_cpu_builds_for_it_and_holds_pytorch_to_its_vectors(
     assert target.attrs["mcpu"] == mcpu
     assert target.attrs["num-cores"] == machine.core_count()
     assert (os.environ["ATEN_CPU_CAPABILITY"], os.environ["ONEDNN_MAX_CPU_ISA"]) == (aten, onednn)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith(f"torchinductor-{aten}")  # kernels of one ISA apart
 
 
 def test_a_cpu_with_instructions_this_one_lacks_cannot_be_imitated(host_is_a_zen4):
