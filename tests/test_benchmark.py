@@ -148,8 +148,10 @@ def test_the_table_and_tuning_can_target_an_imitated_cpu_class(monkeypatch):
     assert not benchmark._imitated(machine.cpu_target())
     if machine.vector_width_bits() < 512:
         pytest.skip("imitating an AVX2 CPU needs one with AVX-512")
-    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCHINDUCTOR_CACHE_DIR"):  # emulated_target sets them
-        monkeypatch.delenv(name, raising=False)  # (restored after the test)
+    # emulated_target sets these for the whole process: setenv records them, so they are restored after the test
+    # (delenv of an unset variable records nothing, and the AVX2 settings leaked into later tests and notebooks)
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.setenv(name, "unset")
     imitated = benchmark._target_for("znver3")
     assert imitated.attrs["mcpu"] == "znver3" and benchmark._imitated(imitated)
     assert machine.vector_width_bits(imitated) == 256
