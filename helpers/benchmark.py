@@ -93,7 +93,7 @@ def time_eager_and_tuned(
     model: torch.nn.Module, x: torch.Tensor, compiled: CompiledModel, repeats: int, warmup: int = 5
 ) -> tuple[timing.Timing, timing.Timing]:
     """PyTorch eager and a tuned TVM build of it, timed interleaved in one run: (eager, tuned)."""
-    eager, tuned = timing.measure(
+    eager, tuned = timing.measure_engines(
         {EAGER: timing.torch_runner(model, x), TUNED: timing.tvm_runner(compiled, x)},
         batch=x.shape[0],
         warmup=warmup,
@@ -256,9 +256,8 @@ def dispatch_run(model_name: str, batch: int = 1, repeats: int = 20, mcpu: str |
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     dispatched = dispatch.compile_dispatched(imported, target, database=database)
     check_parity(dispatched, model, x)
-    timings = timing.measure_with_retry({EAGER_BESIDE_DISPATCHED: timing.torch_runner(model, x),
-                                         DISPATCHED: timing.tvm_runner(dispatched, x)},
-                                        batch=batch, warmup=3, repeats=repeats)
+    timings = timing.measure_engines({EAGER_BESIDE_DISPATCHED: timing.torch_runner(model, x),
+                                      DISPATCHED: timing.tvm_runner(dispatched, x)}, batch=batch, warmup=3, repeats=repeats)
     return _records(timings)
 
 
@@ -374,10 +373,10 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES) -> dict:
     accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), "TVM int8 tuned": tvm_int8},
                                   held_out)
     load = _load_average()
-    timings = timing.measure({"PyTorch fp32": timing.torch_runner(float_model, x),
-                              "PyTorch int8": timing.torch_runner(torch_int8, x),
-                              "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
-                              "TVM int8 tuned": timing.tvm_runner(tvm_int8, x)}, warmup=3, repeats=repeats)
+    timings = timing.measure_engines({"PyTorch fp32": timing.torch_runner(float_model, x),
+                                      "PyTorch int8": timing.torch_runner(torch_int8, x),
+                                      "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
+                                      "TVM int8 tuned": timing.tvm_runner(tvm_int8, x)}, warmup=3, repeats=repeats)
     top1 = {"PyTorch fp32": 1.0, "TVM fp32 tuned": 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
     return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
             "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),

@@ -123,7 +123,7 @@ def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16)
         add(scratch_label(total), tuning.compile_tuned(imported, target, work / "scratch"), spent, total)
     runners = {EAGER: timing.torch_runner(model, x)}
     runners.update({label: timing.tvm_runner(compiled, x) for label, compiled in builds.items()})
-    timings = timing.measure(runners, warmup=3, repeats=repeats)
+    timings = timing.measure_engines(runners, warmup=3, repeats=repeats)
     by_label = {t.label: t for t in timings}
     eager = by_label[EAGER]
     rows = [{"arm": EAGER, "median_ms": eager.median_ms, "iqr_ms": eager.iqr_ms}]
