@@ -114,7 +114,8 @@ def test_autograde_gives_solution_full_marks_and_blank_zero(regenerated, assignm
              if c.metadata.get("nbgrader", {}).get("grade") and any(o.get("name") == "stderr" for o in c.get("outputs", []))]
     assert not noisy, f"passing test cells wrote to stderr (nbgrader scores that as a failure): {noisy}"
     # nbval's checks, on the solution autograde has just executed
-    assert not stored_outputs.errors(graded), f"cells of the solution raised: {stored_outputs.errors(graded)}"
+    raised = stored_outputs.errors(graded)
+    assert not raised, f"cells of the solution raised: {raised}"
     source = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
     checked, differ = stored_outputs.differences(graded, source)
     assert not differ, "\n".join(differ)
