@@ -27,6 +27,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
 
+from . import ir
 from .build import CompiledModel, load_executable
 from .errors import CourseError
 from .machine import cpu_target
@@ -147,36 +148,73 @@ class _Rule:
     bn: bool
     add: bool
     activation: str
+    conv_first: bool = True  # add(conv's result, residual), or add(residual, conv's result)
 
 
 def _rules(fold_bn: bool, fuse_epilogue: bool) -> list[_Rule]:
-    """Most specific first: a later rule must not take a piece of an earlier rule's match."""
+    """Most specific first: a later rule must not take a piece of an earlier rule's match.
+
+    The two orders of a residual add are two rules, tried one after the other: in
+    ``x + block(x)`` (MobileNetV2) both operands are convolutions with BatchNorm, and
+    only the one that nothing else uses can be fused with the add.
+    """
     if not fold_bn:
         return [_Rule(False, False, "")]
     if not fuse_epilogue:
         return [_Rule(True, False, ""), _Rule(False, False, "")]
-    return [_Rule(True, True, "relu"), _Rule(True, False, "relu"), _Rule(True, False, "relu6"),
-            _Rule(True, True, ""), _Rule(True, False, ""), _Rule(False, False, "relu"), _Rule(False, False, "")]
+    return [_Rule(True, True, "relu"), _Rule(True, True, "relu", conv_first=False),
+            _Rule(True, False, "relu"), _Rule(True, False, "relu6"),
+            _Rule(True, True, ""), _Rule(True, True, "", conv_first=False),
+            _Rule(True, False, ""), _Rule(False, False, "relu"), _Rule(False, False, "")]
 
 
 def _pattern(rule: _Rule):
+    """The pattern of one rule, and its named pieces; ``inner`` are the values the fused call hides."""
     data, weight = wildcard(), wildcard()
     conv = is_op("relax.nn.conv2d")(data, weight)
     pieces = dict(data=data, weight=weight, conv=conv)
+    inner = [conv]
     top = conv
     if rule.bn:
         bn = is_op("relax.nn.batch_norm")(conv, wildcard(), wildcard(), wildcard(), wildcard())
         top = is_tuple_get_item(bn, 0)
         pieces["bn"] = bn
+        inner += [bn, top]
     if rule.add:
         residual = wildcard()
-        top = is_op("relax.add")(top, residual) | is_op("relax.add")(residual, top)
+        top = is_op("relax.add")(top, residual) if rule.conv_first else is_op("relax.add")(residual, top)
         pieces["residual"] = residual
+        inner.append(top)
     if rule.activation == "relu":
         top = is_op("relax.nn.relu")(top)
     elif rule.activation == "relu6":
         top = is_op("relax.clip")(top, wildcard(), wildcard())
+    else:
+        inner.pop()  # the last piece is the call's own result
+    pieces["inner"] = inner
     return top, pieces
+
+
+class _Uses:
+    """How many times each bound value of a function is used: a value another call still
+    needs cannot disappear inside a fused call (it would be computed twice)."""
+
+    def __init__(self, func: relax.Function):
+        self.var_of: dict = {}
+        self.count: Counter = Counter()
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                self.var_of[binding.value] = binding.var
+                relax.analysis.post_order_visit(binding.value, self._count)
+        relax.analysis.post_order_visit(func.body.body, self._count)
+
+    def _count(self, expr) -> None:
+        if isinstance(expr, relax.Var):
+            self.count[expr] += 1
+
+    def only_once(self, value: relax.Expr) -> bool:
+        var = self.var_of.get(value)
+        return var is None or self.count[var] == 1
 
 
 def _is_relu6(clip: relax.Call) -> bool:
@@ -186,11 +224,13 @@ def _is_relu6(clip: relax.Call) -> bool:
         return False
 
 
-def _rewriter(rule: _Rule, pieces: dict) -> Callable:
+def _rewriter(rule: _Rule, pieces: dict, uses: _Uses) -> Callable:
     def rewrite(expr: relax.Call, matches: dict) -> relax.Expr:
         conv = matches[pieces["conv"]]
         attrs = conv_attrs(conv)
         if attrs is None or (rule.activation == "relu6" and not _is_relu6(expr)):
+            return expr
+        if not all(uses.only_once(matches[piece]) for piece in pieces["inner"]):
             return expr
         args = [matches[pieces["data"]], matches[pieces["weight"]]]
         if rule.bn:
@@ -225,10 +265,20 @@ def offload_convs(mod: tvm.IRModule, fold_bn: bool = True, fuse_epilogue: bool =
     func = mod[function]
     for rule in _rules(fold_bn, fuse_epilogue):
         pattern, pieces = _pattern(rule)
-        func = rewrite_call(pattern, _rewriter(rule, pieces), func)
+        func = rewrite_call(pattern, _rewriter(rule, pieces, _Uses(func)), func)
+    out = relax.transform.DeadCodeElimination()(_with_function(mod, function, func))
+    convs_before = len(ir.calls(mod, "nn.conv2d", function))
+    convs_after = len(ir.calls(out, "nn.conv2d", function)) + sum(dispatched_calls(out, function).values())
+    if convs_after != convs_before:  # a convolution dispatched twice, or lost: never hand that on
+        raise CourseError(f"The rewrite turned {convs_before} convolutions into {convs_after} "
+                          "(TVM's and the library's together): a rule took a value still used elsewhere.")
+    return out
+
+
+def _with_function(mod: tvm.IRModule, name: str, func: relax.Function) -> tvm.IRModule:
     out = mod.clone()
-    out[function] = func
-    return relax.transform.DeadCodeElimination()(out)
+    out[name] = func
+    return out
 
 
 def dispatched_calls(mod: tvm.IRModule, function: str = "main") -> Counter:

@@ -83,6 +83,48 @@ def test_compile_dispatched_matches_pytorch(blocks, rewrite):
     assert build.check_parity(compiled, model, x, rtol=1e-5) <= 1e-5
 
 
+class SharedProjection(torch.nn.Module):
+    """MobileNetV2's ``x + block(x)``: the first conv's result has two users, the next conv and the add."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 8, 1, bias=False), torch.nn.BatchNorm2d(8)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.c3 = torch.nn.Conv2d(8, 4, 1, bias=False)
+
+    def forward(self, x):
+        a = self.b1(self.c1(x))
+        return self.c3(a + self.b2(self.c2(a)))
+
+
+@pytest.fixture(scope="module")
+def shared():
+    torch.manual_seed(2)
+    model = SharedProjection().eval()
+    for bn in (model.b1, model.b2):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    return model, x, models.import_to_relax(model, x)
+
+
+def test_a_convolution_with_two_users_is_dispatched_once(shared):
+    model, x, imported = shared
+    offloaded = dispatch.offload_convs(imported.mod)
+    assert dispatch.dispatched_calls(offloaded) == {
+        "course.torch.conv2d_bias": 1,  # c1: its result is also the residual, so it stays a value
+        "course.torch.conv2d_bias_add": 1,  # c2 with the add, whichever operand order the import gives
+        "course.torch.conv2d": 1,
+    }
+    assert build.check_parity(dispatch.compile_dispatched(imported), model, x, rtol=1e-5) <= 1e-5
+
+
+def test_offload_convs_refuses_a_rewrite_that_computes_a_convolution_twice(shared, monkeypatch):
+    monkeypatch.setattr(dispatch._Uses, "only_once", lambda self, value: True)  # the check the rules rely on, off
+    with pytest.raises(CourseError, match="3 convolutions into 4"):
+        dispatch.offload_convs(shared[2].mod)
+
+
 def test_offload_convs_rejects_a_missing_function(blocks):
     with pytest.raises(CourseError, match="no function 'forward'"):
         dispatch.offload_convs(blocks[2].mod, function="forward")
