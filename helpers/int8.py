@@ -141,7 +141,10 @@ def vnni_space() -> ms.space_generator.PostOrderApply:
     The default x86 space puts TVM's own, broken VNNI rule into every int8 search (each candidate
     then fails to build: "Cannot broadcast lanes=16 to 32"). This one uses the course's intrinsic:
     multi-level tiling with the intrinsic innermost, vectorising with no nested extent (the init
-    loop's broadcast breaks otherwise), and RewriteTensorize to put the instruction in.
+    loop's broadcast breaks otherwise), and RewriteTensorize to put the instruction in. Its
+    mutators are LLVM's (tile sizes, compute locations, unrolling, parallel extents): without
+    them the evolutionary search never changes a candidate and is random sampling ranked by
+    the cost model.
     """
     register_vnni_intrinsic()
     rule, post = ms.schedule_rule, ms.postproc
@@ -157,4 +160,4 @@ def vnni_space() -> ms.space_generator.PostOrderApply:
     ]
     postprocs = [post.DisallowDynamicLoop(), post.RewriteParallelVectorizeUnroll(), post.RewriteReductionBlock(),
                  post.RewriteTensorize(vectorize_init_loop=True)]
-    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs, mutator_probs={})
+    return ms.space_generator.PostOrderApply(sch_rules=rules, postprocs=postprocs, mutator_probs="llvm")

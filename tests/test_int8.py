@@ -41,6 +41,12 @@ def test_pack_weight_puts_each_16x4_tile_in_64_contiguous_bytes():
         int8.pack_weight(np.zeros((10, 8), "int8"))
 
 
+def test_the_int8_space_mutates_what_the_llvm_space_mutates():
+    """Without mutators the evolutionary search only samples at random (issue 27)."""
+    names = sorted(type(m).__name__ for m in int8.vnni_space().mutator_probs)
+    assert names == ["MutateComputeLocation", "MutateParallel", "MutateTileSize", "MutateUnroll"]
+
+
 @needs_vnni
 def test_metaschedule_tunes_around_the_intrinsic(tmp_path):
     from tvm.s_tir import meta_schedule as ms
