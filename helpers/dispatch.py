@@ -103,6 +103,28 @@ def is_registered(name: str = function_name()) -> bool:
 register()
 
 
+def aten_conv_paths(model: torch.nn.Module, x: torch.Tensor) -> Counter:
+    """Which of ATen's kernels ran ``model``'s convolutions on ``x``, by name, from ``torch.profiler``.
+
+    PyTorch's ``conv2d`` is not always oneDNN on x86: ATen's ``use_mkldnn`` sends some small
+    float32 convolutions to its own kernels (``aten::thnn_conv2d``, ``aten::slow_conv_dilated2d``).
+    The dispatched calls of this module go through the same ``conv2d``, so they take the same paths.
+    Each ``aten::_convolution`` is counted once, under the convolution kernel it called.
+    """
+    from .export import capture_stderr  # the profiler's C++ side logs its start and stop to fd 2
+
+    with torch.inference_mode(), capture_stderr():
+        model(x)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            model(x)
+    paths: Counter = Counter()
+    for event in prof.events():
+        if event.name == "aten::_convolution":
+            kernel = next((c.name for c in event.cpu_children if "conv" in c.name), "(none named)")
+            paths[kernel] += 1
+    return paths
+
+
 # ------------------------------------------------------------------ the rewrite
 
 

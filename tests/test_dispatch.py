@@ -172,3 +172,11 @@ def test_a_dispatched_call_writes_into_the_output_it_is_given():
     got = dispatch.run_module(bb.get(), x, w)
     want = torch.relu(torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=2, padding=1)).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_aten_conv_paths_names_a_kernel_for_every_convolution(blocks):
+    model, x, _ = blocks
+    paths = dispatch.aten_conv_paths(model, x)
+    assert sum(paths.values()) == 6, paths  # ConvBlocks' six convolutions, the depthwise one included
+    assert paths["aten::slow_conv_dilated2d"] == 1, paths  # the dilated one: never oneDNN here
+    assert all(name.startswith("aten::") for name in paths), paths
