@@ -19,16 +19,51 @@ UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate"
                   "test_sources_use_the_course_kernel_and_have_graded_exercises")
 
 
+# The longest work units of phase one, in seconds on one worker of two (a Zen 5, 2026-11-25; pytest's
+# JUnit times): a test id (an independent test) or a file (a unit of its own). They are handed out
+# first, longest first, so that the two workers finish together instead of one of them running the
+# capstone's autograde alone at the end (per-file scheduling otherwise queues the largest files first
+# and the one-test units, the autogrades, last). Only the order depends on these numbers.
+LONGEST_FIRST = {
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day11_capstone]": 159,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day10_torch_compile]": 95,
+    "tests/test_classroom.py": 86,
+    "tests/test_hub.py": 84,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day04_benchmark]": 80,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day13_dispatch]": 80,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day06_export]": 62,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day12_int8]": 61,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day05_profile]": 57,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day02_optimize]": 56,
+    "tests/test_rpc_tuning.py": 54,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day01_import]": 41,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day03_build]": 36,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day09_gpu]": 33,
+    "tests/test_tuning.py": 31,
+    "tests/test_quantize.py": 31,
+    "tests/test_grading_fresh.py": 28,
+}
+
+
+def _expected_seconds(nodeid: str) -> float:
+    return LONGEST_FIRST.get(nodeid.split("::")[-1], LONGEST_FIRST.get(nodeid.split("::")[0], 0))
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(day in item.nodeid for day in SPEED_GRADED_DAYS) and not any(t in item.nodeid for t in UNTIMED_CHECKS):
             item.add_marker(pytest.mark.timed)
+    # Longest first; a file's tests stay together, in their own order (sorted() is stable).
+    items[:] = sorted(items, key=lambda item: -_expected_seconds(item.nodeid))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not loaded (-p no:xdist)
 def pytest_xdist_make_scheduler(config, log):
-    """pytest-xdist's per-file scheduling (``--dist loadscope``), except for INDEPENDENT_TESTS."""
+    """pytest-xdist's per-file scheduling (``--dist loadscope``), except for INDEPENDENT_TESTS, and in
+    the order of the collection (LONGEST_FIRST), not by the number of tests in a unit."""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class CourseScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:

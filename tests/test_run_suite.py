@@ -22,3 +22,24 @@ def test_a_phase_past_its_time_is_stopped_with_its_children():
 
 def test_a_phase_in_time_returns_its_exit_status():
     assert run_suite.run_phase([sys.executable, "-c", "raise SystemExit(3)"], {}, seconds_left=30) == 3
+
+
+def test_every_unit_named_longest_first_exists():
+    """A renamed test or file would silently lose its place at the front of phase one."""
+    import importlib.util
+    from pathlib import Path
+
+    from helpers import grading
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("root_conftest", root / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    assert conftest.LONGEST_FIRST
+    for key in conftest.LONGEST_FIRST:
+        if key.startswith("tests/"):
+            assert (root / key).is_file(), key
+        else:
+            name, _, param = key.partition("[")
+            assert f"def {name}(" in (root / "tests" / "test_course_notebooks.py").read_text(), key
+            assert param.rstrip("]") in grading.assignments(), key
