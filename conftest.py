@@ -19,15 +19,17 @@ UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate"
                   "test_sources_use_the_course_kernel_and_have_graded_exercises")
 
 
-# The longest work units of phase one, in seconds on one worker of two (a Zen 5, 2026-11-25; pytest's
-# JUnit times): a test id (an independent test) or a file (a unit of its own). They are handed out
-# first, longest first, so that the two workers finish together instead of one of them running the
-# capstone's autograde alone at the end (per-file scheduling otherwise queues the largest files first
-# and the one-test units, the autogrades, last). Only the order depends on these numbers.
+# The longest work units of phase one, with their seconds on one worker of two (a Zen 5, 2026-11-25;
+# pytest's JUnit times): a test id (an independent test) or a file (a unit of its own). They are
+# handed out first, in this order, so that the two workers finish together instead of one of them
+# running the capstone's autograde alone at the end (per-file scheduling otherwise queues the
+# largest files first and the one-test units, the autogrades, last). Longest first, except that the
+# classroom test comes second: it generates its own course, so the second worker starts on it while
+# the first generates the whole course (30 s) that every autograde waits for.
 LONGEST_FIRST = {
     "test_autograde_gives_solution_full_marks_and_blank_zero[day11_capstone]": 159,
-    "test_autograde_gives_solution_full_marks_and_blank_zero[day10_torch_compile]": 95,
     "tests/test_classroom.py": 86,
+    "test_autograde_gives_solution_full_marks_and_blank_zero[day10_torch_compile]": 95,
     "tests/test_hub.py": 84,
     "test_autograde_gives_solution_full_marks_and_blank_zero[day04_benchmark]": 80,
     "test_autograde_gives_solution_full_marks_and_blank_zero[day13_dispatch]": 80,
@@ -45,8 +47,13 @@ LONGEST_FIRST = {
 }
 
 
-def _expected_seconds(nodeid: str) -> float:
-    return LONGEST_FIRST.get(nodeid.split("::")[-1], LONGEST_FIRST.get(nodeid.split("::")[0], 0))
+def _place(nodeid: str) -> int:
+    """Where a test's unit stands in LONGEST_FIRST; every other unit after them, as collected."""
+    order = list(LONGEST_FIRST)
+    for key in (nodeid.split("::")[-1], nodeid.split("::")[0]):
+        if key in LONGEST_FIRST:
+            return order.index(key)
+    return len(order)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -54,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
         if any(day in item.nodeid for day in SPEED_GRADED_DAYS) and not any(t in item.nodeid for t in UNTIMED_CHECKS):
             item.add_marker(pytest.mark.timed)
     # Longest first; a file's tests stay together, in their own order (sorted() is stable).
-    items[:] = sorted(items, key=lambda item: -_expected_seconds(item.nodeid))
+    items[:] = sorted(items, key=lambda item: _place(item.nodeid))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not loaded (-p no:xdist)
