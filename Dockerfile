@@ -15,7 +15,7 @@ RUN pip install --no-cache-dir pip==26.3 \
     && pip install --no-cache-dir -r requirements.txt \
     && pip install --no-cache-dir --no-deps -e . \
     && python -m ipykernel install --sys-prefix --name tvm-course --display-name "TVM course (Python 3.11)" \
-    && python -m helpers.labsettings
+    && python -m helpers.instructor.labsettings
 
 COPY . .
 EXPOSE 8888

@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 READY  := $(VENV)/.course-env-ready
 KERNEL := tvm-course
-# JupyterLab's setting overrides for the course (helpers/labsettings.py: no news pop-up on first start).
+# JupyterLab's setting overrides for the course (helpers/instructor/labsettings.py: no news pop-up on first start).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
@@ -27,8 +27,8 @@ $(READY): requirements.txt pyproject.toml
 	@touch $@
 
 # A rule of its own, so that an environment built before it existed gets it too.
-$(LAB_SETTINGS): helpers/labsettings.py $(READY)
-	$(BIN)/python -m helpers.labsettings
+$(LAB_SETTINGS): helpers/instructor/labsettings.py $(READY)
+	$(BIN)/python -m helpers.instructor.labsettings
 
 # The browser test drives JupyterLab in Debian's headless Chromium (installed here when run as root, as in CI).
 browser:
@@ -64,11 +64,11 @@ databases: env
 
 # Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).
 student: env
-	$(BIN)/python -m helpers.grading generate
+	$(BIN)/python -m helpers.instructor.grading generate
 
 # Re-execute a changed source notebook and store the outputs nbval checks: make outputs NB=solutions/day01_import/day01_import.ipynb
 outputs: env
-	$(BIN)/python -m helpers.notebooks $(NB)
+	$(BIN)/python -m helpers.instructor.notebooks $(NB)
 
 # The instructor's workflow on the repo's own gradebook (see README, "For instructors"). Each works
 # on a fresh clone (autograde records the day in the gradebook if `make student` never ran) or
@@ -76,16 +76,16 @@ outputs: env
 need = $(if $(strip $($(1))),,$(error make $@ needs $(1)=...: make $@ $(2)))
 submit: env
 	$(call need,DAY,DAY=day01_import STUDENT=ada NB=path/to/ada.ipynb)$(call need,STUDENT,DAY=$(DAY) STUDENT=ada NB=path/to/ada.ipynb)$(call need,NB,DAY=$(DAY) STUDENT=$(STUDENT) NB=path/to/notebook.ipynb)
-	$(BIN)/python -m helpers.grading submit $(DAY) $(STUDENT) $(NB)
+	$(BIN)/python -m helpers.instructor.grading submit $(DAY) $(STUDENT) $(NB)
 autograde: env
 	$(call need,DAY,DAY=day01_import)
-	$(BIN)/python -m helpers.grading autograde $(DAY)
-	$(BIN)/python -m helpers.grading scores $(DAY)
+	$(BIN)/python -m helpers.instructor.grading autograde $(DAY)
+	$(BIN)/python -m helpers.instructor.grading scores $(DAY)
 feedback: env
 	$(call need,DAY,DAY=day01_import)
-	$(BIN)/python -m helpers.grading feedback $(DAY)
+	$(BIN)/python -m helpers.instructor.grading feedback $(DAY)
 grades: env
-	$(BIN)/python -m helpers.grading export grades.csv
+	$(BIN)/python -m helpers.instructor.grading export grades.csv
 
 # JupyterHub for a class on this machine (README, "A class on JupyterHub"). configurable-http-proxy,
 # pinned in hub/package.json and hub/package-lock.json, goes into hub/node_modules (not in git).
@@ -98,7 +98,7 @@ proxy:
 # As root: learners' servers run as their own Unix accounts. HUB_ARGS=--no-release releases nothing.
 hub: env proxy
 	@[ "$$(id -u)" = 0 ] || { echo "make hub needs root (sudo make hub): the hub starts each learner's server as their Unix account and checks passwords with PAM"; exit 1; }
-	$(BIN)/python -m helpers.hub serve $(HUB_ARGS)
+	$(BIN)/python -m helpers.instructor.hub serve $(HUB_ARGS)
 
 clean-env:
 	rm -rf $(VENV)

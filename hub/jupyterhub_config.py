@@ -1,8 +1,8 @@
 """JupyterHub for the course on one machine (`make hub`; see the README, "A class on JupyterHub").
 
-Learners log in with their Unix account (PAM; `python -m helpers.hub add-learner NAME`), and each
+Learners log in with their Unix account (PAM; `python -m helpers.instructor.hub add-learner NAME`), and each
 gets JupyterLab as that account with the course kernel and nbgrader's Assignment List, under the
-limits of helpers.hub_spawner.CourseSpawner. Set with environment variables (defaults in brackets):
+limits of helpers.instructor.hub_spawner.CourseSpawner. Set with environment variables (defaults in brackets):
   TVM_HUB_ROOT [/srv/tvm-course]  exchange, instructor's course directory, hub state
   TVM_HUB_INSTRUCTOR [instructor] the instructor's Unix account (a hub admin)
   TVM_HUB_GROUP [tvm-learners]    the learners' Unix group: only its members (and the instructor) log in
@@ -16,8 +16,8 @@ passwords cross it.
 import os
 from pathlib import Path
 
-from helpers import hub as course
-from helpers.hub_spawner import CourseSpawner
+from helpers.instructor import hub as course
+from helpers.instructor.hub_spawner import CourseSpawner
 
 c = get_config()  # noqa: F821
 env = os.environ.get
@@ -48,7 +48,7 @@ c.Spawner.mem_limit = env("TVM_HUB_MEM", "8G")
 c.Spawner.cpu_limit = float(env("TVM_HUB_CPUS", "1"))
 c.Spawner.environment = {
     "PATH": f"{course.BIN}:/usr/local/bin:/usr/bin:/bin",
-    # the course id and exchange for nbgrader, and the learners' extensions (helpers.hub.setup)
+    # the course id and exchange for nbgrader, and the learners' extensions (helpers.instructor.hub.setup)
     "JUPYTER_CONFIG_PATH": str(h.learner_config),
     # the compile cache is the repo's build/compiled, which learners cannot write: build afresh
     "TVM_COURSE_NO_CACHE": "1",

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import nbformat
 from nbval.plugin import IPyNbCell, coalesce_streams, nocolors
 
-from helpers.notebooks import is_checked
+from helpers.instructor.notebooks import is_checked
 
 # The keys nbval leaves out of a comparison when it runs without nbdime (what the suite did).
 SKIP_COMPARE = ("metadata", "traceback", "prompt_number", "output_type",

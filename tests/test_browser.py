@@ -81,9 +81,9 @@ def test_student_notebook_runs_with_the_course_kernel_and_shows_a_plot(lab):
             _wait_for(page, "text=NotImplementedError", 120_000, "the first exercise's NotImplementedError")
             text = page.locator(".jp-Notebook").inner_text()
             assert "All set: the course will run here." in text, "the environment check did not pass in the browser"
-            # JupyterLab asks about its news feed in a toast unless told (helpers.labsettings does, at `make env`)
+            # JupyterLab asks about its news feed in a toast unless told (helpers.instructor.labsettings does, at `make env`)
             assert page.get_by_text("official Jupyter news").count() == 0, \
-                "JupyterLab opened with the news pop-up: helpers.labsettings' overrides are not installed"
+                "JupyterLab opened with the news pop-up: helpers.instructor.labsettings' overrides are not installed"
             page.locator(".jp-OutputArea-output img").first.scroll_into_view_if_needed()
         finally:
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)

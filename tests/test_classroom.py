@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import grading
+from helpers.instructor import grading
 
 DAY = "day00_environment"
 EX1, EX2 = "test_float32_lanes", "test_peak_gflops"

@@ -13,7 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers import config, grading, notebooks, timing
+from helpers import config, timing
+from helpers.instructor import grading, notebooks
 
 import stored_outputs
 

@@ -86,11 +86,11 @@ def test_environment_check_gives_advice_for_a_missing_or_wrong_package():
 
 
 def test_every_install_path_sets_jupyterlabs_course_defaults():
-    """`make env`, the Dockerfile and the conda instructions all install helpers.labsettings."""
+    """`make env`, the Dockerfile and the conda instructions all install helpers.instructor.labsettings."""
     text = (REPO / "Makefile").read_text()
-    assert "env: $(READY) $(LAB_SETTINGS)" in text and "-m helpers.labsettings" in text
+    assert "env: $(READY) $(LAB_SETTINGS)" in text and "-m helpers.instructor.labsettings" in text
     for name in ("Dockerfile", "environment.yml", "README.md"):
-        assert "python -m helpers.labsettings" in (REPO / name).read_text(), f"{name} does not install the JupyterLab settings"
+        assert "python -m helpers.instructor.labsettings" in (REPO / name).read_text(), f"{name} does not install the JupyterLab settings"
 
 
 def test_jupyterlab_starts_without_the_news_popup(tmp_path):
@@ -99,7 +99,7 @@ def test_jupyterlab_starts_without_the_news_popup(tmp_path):
     import jsonschema
     from jupyterlab_server.settings_utils import get_settings
 
-    from helpers import labsettings
+    from helpers.instructor import labsettings
 
     schemas = labsettings.app_dir() / "schemas"
     plugin, setting = labsettings.PLUGIN.split(":")
@@ -115,5 +115,26 @@ def test_jupyterlab_starts_without_the_news_popup(tmp_path):
     assert defaults["fetchNews"] == "false" and defaults["checkForUpdates"] is False, defaults
 
     installed = labsettings.overrides_file()
-    assert installed.exists(), f"{installed} is missing: run `make env` (or python -m helpers.labsettings)"
+    assert installed.exists(), f"{installed} is missing: run `make env` (or python -m helpers.instructor.labsettings)"
     assert json.loads(installed.read_text()) == labsettings.OVERRIDES
+
+
+def _imports_instructor(code: str) -> bool:
+    return bool(re.search(r"\bhelpers\.instructor\b|from\s+helpers\s+import\s+[^\n]*\binstructor\b|from\s+\.+\s*instructor\b"
+                          r"|from\s+\.+\s+import\s+[^\n]*\binstructor\b", code))
+
+
+def test_no_learner_module_or_notebook_imports_the_instructors_tools():
+    """helpers/instructor/ serves the instructor and the hub: a learner's notebook must run without it."""
+    assert _imports_instructor("from helpers.instructor import grading")
+    assert _imports_instructor("from . import build, instructor")
+    assert not _imports_instructor("from helpers import grading_notes")
+    learner_modules = [p for p in (REPO / "helpers").glob("*.py")]
+    assert len(learner_modules) > 20
+    offenders = [p.name for p in learner_modules if _imports_instructor(p.read_text())]
+    for folder in ("solutions", "notebooks"):
+        for path in sorted((REPO / folder).glob("*/*.ipynb")):
+            cells = json.loads(path.read_text())["cells"]
+            if any(_imports_instructor("".join(c["source"])) for c in cells if c["cell_type"] == "code"):
+                offenders.append(str(path.relative_to(REPO)))
+    assert not offenders, f"these import helpers.instructor, which learners do not get: {offenders}"

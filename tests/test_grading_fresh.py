@@ -7,7 +7,7 @@ import shutil
 import nbformat
 import pytest
 
-from helpers import grading
+from helpers.instructor import grading
 from helpers.errors import GradingError
 
 DAY = "day99_tiny"

@@ -23,7 +23,8 @@ import pytest
 import torch
 import tvm
 
-from helpers import build, export, gpu, grading, ir, machine, models, profiling, timing
+from helpers import build, export, gpu, ir, machine, models, profiling, timing
+from helpers.instructor import grading
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
 

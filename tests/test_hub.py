@@ -54,14 +54,14 @@ if (why := _missing()) is not None:
 
 from playwright.sync_api import sync_playwright  # noqa: E402
 
-from helpers import grading  # noqa: E402
+from helpers.instructor import grading  # noqa: E402
 from helpers.rpc_tuning import free_port  # noqa: E402
 from local_servers import wait_until_serving  # noqa: E402
 
 
 def _hub_cli(env, *args):
-    proc = subprocess.run([sys.executable, "-m", "helpers.hub", *args], cwd=REPO, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, f"helpers.hub {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    proc = subprocess.run([sys.executable, "-m", "helpers.instructor.hub", *args], cwd=REPO, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"helpers.instructor.hub {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 

@@ -29,7 +29,7 @@ def test_every_unit_named_longest_first_exists():
     import importlib.util
     from pathlib import Path
 
-    from helpers import grading
+    from helpers.instructor import grading
 
     root = Path(__file__).resolve().parent.parent
     spec = importlib.util.spec_from_file_location("root_conftest", root / "conftest.py")

@@ -6,7 +6,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 import stored_outputs
-from helpers.notebooks import CHECK_TAG
+from helpers.instructor.notebooks import CHECK_TAG
 
 
 def _source() -> nbformat.NotebookNode:

@@ -3,12 +3,12 @@
 Each step runs the real ``nbgrader`` command on a course directory (the repo,
 or a scratch copy in tests) with its real sqlite gradebook.
 
-    python -m helpers.grading generate [DAY]            # solutions/ -> notebooks/
-    python -m helpers.grading submit DAY STUDENT FILE   # place a student's notebook
-    python -m helpers.grading autograde DAY             # grade submitted/*/DAY
-    python -m helpers.grading scores DAY                # print each student's score
-    python -m helpers.grading feedback DAY              # feedback/<student>/DAY/*.html
-    python -m helpers.grading export [grades.csv]       # every grade as CSV
+    python -m helpers.instructor.grading generate [DAY]            # solutions/ -> notebooks/
+    python -m helpers.instructor.grading submit DAY STUDENT FILE   # place a student's notebook
+    python -m helpers.instructor.grading autograde DAY             # grade submitted/*/DAY
+    python -m helpers.instructor.grading scores DAY                # print each student's score
+    python -m helpers.instructor.grading feedback DAY              # feedback/<student>/DAY/*.html
+    python -m helpers.instructor.grading export [grades.csv]       # every grade as CSV
 
 Every command works on a fresh clone, where the student notebooks are committed but the
 gradebook (kept out of git) does not exist yet: autograde first records the day in the
@@ -26,9 +26,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GradingError
+from ..errors import GradingError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SOURCE = "solutions"
 RELEASE = "notebooks"
 GRADEBOOK = "gradebook.db"
@@ -193,7 +193,7 @@ def cell_scores(assignment: str, student: str, course: Path = REPO) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m helpers.grading", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m helpers.instructor.grading", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("generate").add_argument("assignment", nargs="?")
     submit_cmd = sub.add_parser("submit")

@@ -1,11 +1,11 @@
 """The course on JupyterHub, on one machine: Unix accounts, nbgrader's exchange, per-learner limits.
 
     make hub                                           # as root: set up, release every day, serve
-    python -m helpers.hub add-learner NAME [--password P]   # as root: a learner's Unix account
-    python -m helpers.hub release DAY                  # the instructor's exchange cycle ...
-    python -m helpers.hub collect DAY
-    python -m helpers.hub autograde DAY                # ... grade, print the scores
-    python -m helpers.hub feedback DAY                 # generate and release feedback
+    python -m helpers.instructor.hub add-learner NAME [--password P]   # as root: a learner's Unix account
+    python -m helpers.instructor.hub release DAY                  # the instructor's exchange cycle ...
+    python -m helpers.instructor.hub collect DAY
+    python -m helpers.instructor.hub autograde DAY                # ... grade, print the scores
+    python -m helpers.instructor.hub feedback DAY                 # generate and release feedback
 
 Where things live (``TVM_HUB_ROOT``, /srv/tvm-course unless set):
   exchange/   nbgrader's exchange (mode 1777; nbgrader makes inbound/ write-only for learners)
@@ -14,7 +14,7 @@ Where things live (``TVM_HUB_ROOT``, /srv/tvm-course unless set):
   state/      the hub's database and cookie secret (root only)
 
 The instructor commands run as the instructor's Unix account (``TVM_HUB_INSTRUCTOR``, ``instructor``
-unless set); run by root, they switch to it. ``make submit`` and ``helpers.grading`` still grade
+unless set); run by root, they switch to it. ``make submit`` and ``helpers.instructor.grading`` still grade
 without a hub, on the repository's own course directory.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import grading
-from .errors import GradingError
+from ..errors import GradingError
 
 REPO = grading.REPO
 BIN = Path(sys.executable).parent
@@ -153,18 +153,18 @@ def protect_repo(repo: Path = REPO) -> None:
             pass
 
 
-LEARNER_NBGRADER = '''# Written by helpers.hub: what every learner's nbgrader (Assignment List) reads.
+LEARNER_NBGRADER = '''# Written by helpers.instructor.hub: what every learner's nbgrader (Assignment List) reads.
 c = get_config()  # noqa: F821
 c.CourseDirectory.course_id = "{course_id}"
 c.Exchange.root = "{exchange}"
 '''
 
 INSTRUCTOR_NBGRADER = '''
-# --- added by helpers.hub: this course directory serves the hub's exchange
+# --- added by helpers.instructor.hub: this course directory serves the hub's exchange
 c.CourseDirectory.root = "{course}"
 c.Exchange.root = "{exchange}"
 # collect only what a learner submitted under their own name (nbgrader itself only warns)
-c.ExchangeFactory.collect = "helpers.hub_exchange.OwnerCheckedCollect"
+c.ExchangeFactory.collect = "helpers.instructor.hub_exchange.OwnerCheckedCollect"
 # feedback without the hidden tests' code, which nbgrader's feedback shows by default: they stay
 # hidden from the learners (and from next year's class); each failing test's message still shows
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
@@ -258,7 +258,7 @@ def as_instructor(command: str, day: str, hub: Hub | None = None) -> subprocess.
            "TVM_HUB_ROOT": str(hub.root), "TVM_HUB_INSTRUCTOR": hub.instructor, "TVM_HUB_GROUP": hub.group,
            # the repo's compile cache belongs to whoever made it; the instructor grades without it
            "TVM_COURSE_NO_CACHE": "1"}
-    return subprocess.run([sys.executable, "-m", "helpers.hub", command, day], cwd=hub.course, env=env,
+    return subprocess.run([sys.executable, "-m", "helpers.instructor.hub", command, day], cwd=hub.course, env=env,
                           user=teacher.pw_uid, group=teacher.pw_gid, extra_groups=[], check=True,
                           capture_output=True, text=True)
 
@@ -279,7 +279,7 @@ def serve(hub: Hub | None = None, release_days: bool = True, open_path: bool = F
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m helpers.hub", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m helpers.instructor.hub", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     setup_cmd = sub.add_parser("setup")
     serve_cmd = sub.add_parser("serve")

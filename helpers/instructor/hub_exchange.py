@@ -1,6 +1,6 @@
-"""nbgrader's collect for the hub (helpers.hub): a learner cannot submit as someone else.
+"""nbgrader's collect for the hub (helpers.instructor.hub): a learner cannot submit as someone else.
 
-Apart from helpers.hub so that the instructor's commands do not pay for importing nbgrader's exchange.
+Apart from helpers.instructor.hub so that the instructor's commands do not pay for importing nbgrader's exchange.
 """
 
 import glob

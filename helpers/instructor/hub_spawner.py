@@ -1,5 +1,5 @@
 """The hub's spawner (hub/jupyterhub_config.py): each learner's JupyterLab as their own Unix
-account, within limits the kernel enforces. Apart from helpers.hub, which runs without JupyterHub."""
+account, within limits the kernel enforces. Apart from helpers.instructor.hub, which runs without JupyterHub."""
 
 import os
 import resource

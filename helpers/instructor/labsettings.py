@@ -6,7 +6,7 @@ learner: no news feed, no update check (both would call a website from the class
 The answer is a settings *override*: it changes the setting's default in this environment's
 JupyterLab, so a learner who wants the news can still switch it on in Settings.
 
-    python -m helpers.labsettings     # install into this environment (`make env` does it)
+    python -m helpers.instructor.labsettings     # install into this environment (`make env` does it)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 nbval (run with --nbval-lax) compares only cells tagged ``nbval-check-output``
 with the output stored in the notebook. After editing a source notebook, run
-``python -m helpers.notebooks solutions/DAY/DAY.ipynb``: it executes the notebook
+``python -m helpers.instructor.notebooks solutions/DAY/DAY.ipynb``: it executes the notebook
 and stores the outputs of those cells, and nothing else (timings and plots
 differ from run to run and would only bloat the repo).
 """
