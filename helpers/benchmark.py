@@ -394,7 +394,9 @@ def format_int8(result: dict, machine_summary: str) -> str:
         lines.append(f"| {r['backend']} | {r['median_ms']:.2f} ({r['q3_ms'] - r['q1_ms']:.2f}) | {r['speedup']:.2f}x "
                      f"| {100 * r['top1']:.0f} % |")
     errors = "; ".join(f"{k}: {v['error']:.3f}" for k, v in result["accuracy"].items())
-    lines += ["", f"MobileNetV2, batch 1, interleaved in one run. Agreement on {result['held_out_images']} held-out "
+    lines += ["", f"MobileNetV2, batch 1, one run, timed in alternating blocks. PyTorch int8: PT2E (torchao's "
+              "X86InductorQuantizer) on the float model, compiled with Inductor's freezing (quantize.torch_int8). "
+              f"Agreement on {result['held_out_images']} held-out "
               f"images; median relative error of the logits: {errors}.",
               f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
     return "\n".join(lines)

@@ -170,3 +170,17 @@ def test_tradeoff_rows_and_agreement():
                                        "negated": lambda x: -model(x).detach().numpy()}, images)
     assert exact["same"] == {"top1": 1.0, "error": 0.0}
     assert exact["negated"]["top1"] < 1.0 and exact["negated"]["error"] > 1.0
+
+
+def test_pytorch_int8_is_pt2e_frozen_and_close_to_the_float_model(small):
+    """PyTorch's int8 peer: the float model itself (ReLU6 kept) quantized by PT2E, compiled with freezing."""
+    model, x = small[0], small[3]
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    int8_model = quantize.torch_int8(model, inputs, example=x)
+    got = int8_model(x).numpy()
+    with torch.no_grad():
+        expected = model(x).numpy()
+    assert 0 < build.relative_error(got, expected) < 0.1, "int8 should be close to float, and not equal to it"
+    graph = int8_model.compiled._orig_mod.graph
+    quantized = [n for n in graph.nodes if "quantize_per_tensor" in str(n.target)]
+    assert quantized, "no quantize op in the converted graph: the quantizer did nothing"
