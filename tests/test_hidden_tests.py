@@ -546,6 +546,28 @@ def _choose_build_by_median(rows, min_top1):
     return ok[0]["backend"] if ok else None
 
 
+def _choose_build_within_ten_percent(rows, min_top1):
+    """A plausible wrong answer: 'clearly faster' read as 'more than 10 % faster' (medians only)."""
+    ok = [r for r in rows if r["top1"] >= min_top1]
+    if not ok:
+        return None
+    fastest = min(r["median_ms"] for r in ok)
+    near = [r for r in ok if r["median_ms"] <= 1.1 * fastest]
+    return max(near, key=lambda r: (r["top1"], -r["median_ms"]))["backend"]
+
+
+def _choose_build_chained(rows, min_top1):
+    """A plausible wrong answer: each build compared with the last one taken, not with the fastest."""
+    ok = sorted((r for r in rows if r["top1"] >= min_top1), key=lambda r: r["median_ms"])
+    if not ok:
+        return None
+    best = ok[0]
+    for other in ok[1:]:
+        if other["q1_ms"] <= best["q3_ms"] and best["q1_ms"] <= other["q3_ms"] and other["top1"] > best["top1"]:
+            best = other
+    return best["backend"]
+
+
 def _day12_namespace(**extra) -> dict:
     return dict(np=np, build=build) | extra
 
@@ -583,6 +605,15 @@ def test_day12_layer_tests_catch_per_tensor_weights_when_per_channel_is_asked():
     namespace = _day12_namespace(qparams=_qparams(), layer_error=_layer_error(honour_per_channel=False))
     with pytest.raises(AssertionError, match="per_channel=True"):
         exec(_cell(DAY12, "test_layer_error"), namespace)
+
+
+@pytest.mark.parametrize("wrong", [_choose_build_within_ten_percent, _choose_build_chained])
+def test_day12_hidden_choice_tests_alone_catch_a_ten_percent_rule_and_a_chain(wrong):
+    visible, hidden = _parts(DAY12, "test_choose_build")
+    namespace = _day12_namespace(choose_build=wrong)
+    exec(visible, namespace)
+    with pytest.raises(AssertionError, match="however|compare with the fastest"):
+        exec(hidden, namespace)
 
 
 def test_day12_hidden_choice_tests_alone_catch_a_choice_by_median_only():
