@@ -356,7 +356,8 @@ INT8_IMAGES = 32
 
 def int8_run(repeats: int = 30, images: int = INT8_IMAGES) -> dict:
     """Day 12's comparison on MobileNetV2, batch 1: PyTorch fp32 and int8, TVM fp32 and int8 tuned, timed
-    interleaved in one run, with each int8 build's top-1 agreement with float32 on held-out images."""
+    timed in alternating blocks in one run, with each int8 build's top-1 agreement with float32 on
+    held-out inputs (seeded noise of an image's shape: no dataset is at hand)."""
     from . import quantize
 
     target = machine.cpu_target()
@@ -397,7 +398,7 @@ def format_int8(result: dict, machine_summary: str) -> str:
     lines += ["", f"MobileNetV2, batch 1, one run, timed in alternating blocks. PyTorch int8: PT2E (torchao's "
               "X86InductorQuantizer) on the float model, compiled with Inductor's freezing (quantize.torch_int8). "
               f"Agreement on {result['held_out_images']} held-out "
-              f"images; median relative error of the logits: {errors}.",
+              f"inputs (seeded noise, not images); median relative error of the logits: {errors}.",
               f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
     return "\n".join(lines)
 
