@@ -154,6 +154,8 @@ FMA_BY_CPU: dict[str, tuple[int, int, str]] = {
     "cooperlake": (2, 512, "Cooper Lake server"),
     "icelake-server": (2, 512, "Ice Lake server"),
     "sapphirerapids": (2, 512, "Sapphire Rapids"),
+    "emeraldrapids": (2, 512, "Emerald Rapids (Xeon 5th generation)"),
+    "graniterapids": (2, 512, "Granite Rapids (Xeon 6 P-cores)"),
     "icelake-client": (1, 512, _CLIENT_AVX512),
     "tigerlake": (1, 512, _CLIENT_AVX512),
     "rocketlake": (1, 512, _CLIENT_AVX512),

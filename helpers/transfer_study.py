@@ -46,25 +46,40 @@ UNTUNED, TRANSFERRED = "untuned", "transferred"
 # The widest vectors PyTorch may use, by the target's widest extension: (ATen's capability, oneDNN's ISA).
 TORCH_ISA = (("avx512f", "avx512", "AVX512_CORE"), ("avx2", "avx2", "AVX2"))
 # LLVM lists tuning hints among a CPU's features ("prefer-256-bit", "slow-3ops-lea"): no instruction depends on them.
+AVX2_CPUS = ("znver3", "haswell")  # an AMD and an Intel AVX2 CPU class, tried in this order
 TUNING_FLAGS = ("allow-light-", "branchfusion", "ermsb", "false-deps-", "fast-", "faster-", "idiv", "insert-vzeroupper",
                 "lea-", "macrofusion", "no-bypass-delay", "pad-short-", "prefer-", "sbb-dep", "slow-", "tuning-", "use-")
+
+
+def missing_instructions(mcpu: str) -> list[str]:
+    """The instructions a CPU of kind ``mcpu`` has and this one lacks (empty: this CPU can imitate it)."""
+    known = {str(name) for name in codegen.llvm_get_cpu_archlist(machine.cpu_target())}
+    if mcpu not in known:
+        raise ValueError(f"LLVM does not know a CPU called {mcpu!r}: use an LLVM name such as znver3 or haswell.")
+    wanted = machine.cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+    return sorted(f for f in wanted - machine.cpu_features() if not f.startswith(TUNING_FLAGS))
+
+
+def avx2_stand_in() -> str | None:
+    """An AVX2 CPU class this one can imitate: ``znver3`` on an AMD CPU, ``haswell`` on an Intel one
+    (neither vendor's CPUs have all of the other's instructions); None on a CPU without AVX2."""
+    return next((mcpu for mcpu in AVX2_CPUS if not missing_instructions(mcpu)), None)
 
 
 def emulated_target(mcpu: str) -> tvm.target.Target:
     """The target of a CPU of kind ``mcpu``, to be run on this one, with PyTorch held to its vector width.
 
-    Only a CPU whose instructions this one has can be imitated (a Zen 3 on a Zen 5, not the reverse);
-    PyTorch must not have run an operator yet, or it keeps the ISA it picked then.
+    Only a CPU whose instructions this one has can be imitated (a Zen 3 on a Zen 5, not the reverse;
+    a Haswell, not a Zen 3, on an Intel Xeon); PyTorch must not have run an operator yet, or it keeps
+    the ISA it picked then.
     """
-    known = {str(name) for name in codegen.llvm_get_cpu_archlist(machine.cpu_target())}
-    if mcpu not in known:
-        raise ValueError(f"LLVM does not know a CPU called {mcpu!r}: use an LLVM name such as znver3 or skylake.")
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": machine.core_count()})
-    wanted, here = machine.cpu_features(target), machine.cpu_features()
-    missing = sorted(f for f in wanted - here if not f.startswith(TUNING_FLAGS))
+    missing = missing_instructions(mcpu)
     if missing:
         raise ValueError(f"This {machine.cpu_name()} lacks instructions {mcpu} has ({', '.join(missing[:5])}...): "
-                         "it can only imitate a CPU whose instructions it has.")
+                         "it can only imitate a CPU whose instructions it has"
+                         + (f" (for AVX2, try {avx2_stand_in()})." if avx2_stand_in() else "."))
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": machine.core_count()})
+    wanted = machine.cpu_features(target)
     aten, onednn = next(((a, o) for feat, a, o in TORCH_ISA if feat in wanted), ("default", "SSE41"))
     os.environ["ATEN_CPU_CAPABILITY"], os.environ["ONEDNN_MAX_CPU_ISA"] = aten, onednn
     # Inductor's cache does not key its kernels by ATEN_CPU_CAPABILITY: served the host ISA's kernels,

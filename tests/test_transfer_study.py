@@ -41,6 +41,14 @@ def test_a_cpu_with_instructions_this_one_lacks_cannot_be_imitated(host_is_a_zen
         transfer_study.emulated_target("zen9")
 
 
+@pytest.mark.parametrize(("host", "stand_in"), [("znver4", "znver3"), ("emeraldrapids", "haswell"), ("sandybridge", None)])
+def test_the_avx2_stand_in_is_one_this_cpu_can_imitate(monkeypatch, host, stand_in):
+    real = machine.cpu_features
+    host_target = tvm.target.Target({"kind": "llvm", "mcpu": host})
+    monkeypatch.setattr(machine, "cpu_features", lambda target=None: real(target if target is not None else host_target))
+    assert transfer_study.avx2_stand_in() == stand_in
+
+
 def test_the_command_line_refuses_an_unknown_cpu_before_any_work(capsys):
     with pytest.raises(SystemExit) as exit_info:
         transfer_study.main(["mobilenet_v2", "--mcpu", "zen9"])
