@@ -13,7 +13,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser proxy hub lab test benchmark capstone databases student outputs submit autograde feedback grades clean-env
+.PHONY: env browser proxy hub lab test site benchmark capstone databases student outputs submit autograde feedback grades clean-env
 
 env: $(READY) $(LAB_SETTINGS)
 
@@ -47,6 +47,11 @@ lab: env
 # Two phases (tests/run_suite.py): what times nothing on two workers, then the timed tests alone.
 test: env browser proxy
 	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)
+
+# The course as a static website in build/site/html (helpers/instructor/site.py): every day executed
+# once at full size (cached), solutions and hidden tests stripped; SITE_ARGS=--quick for CI's sizes.
+site: env
+	$(BIN)/python -m helpers.instructor.site $(SITE_ARGS)
 
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
 # Then Day 12's int8 comparison on MobileNetV2 (PyTorch fp32 and int8, TVM fp32 and int8 tuned).

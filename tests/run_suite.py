@@ -4,7 +4,8 @@ Most of the suite times nothing: it compiles, executes notebooks and grades them
 time. Those tests run first on ``TEST_WORKERS`` pytest-xdist workers (2 unless set), each held to
 one thread (PyTorch and TVM) so that the workers share the cores instead of fighting over them.
 The tests marked ``timed`` (tests/conftest.py) grade or assert measured speed: they run second,
-alone, with every core, as a learner's notebook would.
+alone, with every core, as a learner's notebook would. The site's build (``after_notebooks``) runs
+second too: it publishes the solutions that phase one's autograde executed.
 
 The suite's budget is ``BUDGET_S`` (20 minutes on the slowest CPU kind the project runs on): past
 it, the run still passes but warns and names its slowest tests, so that a slow suite is seen long
@@ -35,8 +36,8 @@ STOPPED = 124  # the exit status of a suite stopped at HARD_LIMIT_S (as timeout(
 def phases(workers: str) -> list[tuple[list[str], dict[str, str]]]:
     one_thread = {"OMP_NUM_THREADS": "1", "TVM_NUM_THREADS": "1"}
     return [
-        (["-n", workers, "-m", "not timed"], one_thread),
-        (["-m", "timed"], {}),
+        (["-n", workers, "-m", "not timed and not after_notebooks"], one_thread),
+        (["-m", "timed or after_notebooks"], {}),
     ]
 
 
