@@ -16,7 +16,8 @@ INDEPENDENT_TESTS = ("tests/test_course_notebooks.py", "tests/test_hidden_tests.
 
 # Tests of those days that time nothing (they compare files): they stay in phase one.
 UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate",
-                  "test_sources_use_the_course_kernel_and_have_graded_exercises")
+                  "test_sources_use_the_course_kernel_and_have_graded_exercises",
+                  "test_stripping_leaves_no_solution_hidden_test_output_or_grader_metadata")
 
 
 # The longest work units of phase one, with their seconds on one worker of two (a Zen 5, 2026-11-25;
@@ -60,8 +61,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if any(day in item.nodeid for day in SPEED_GRADED_DAYS) and not any(t in item.nodeid for t in UNTIMED_CHECKS):
             item.add_marker(pytest.mark.timed)
-    # Longest first; a file's tests stay together, in their own order (sorted() is stable).
-    items[:] = sorted(items, key=lambda item: _place(item.nodeid))
+    # Longest first; a file's tests stay together, in their own order (sorted() is stable). What builds
+    # on the notebooks' runs (the site, after Days 7 and 8 in phase two) comes last.
+    items[:] = sorted(items, key=lambda item: (item.get_closest_marker("after_notebooks") is not None,
+                                               _place(item.nodeid)))
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not loaded (-p no:xdist)
