@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -88,6 +89,22 @@ def load_or_build(
             if os.path.exists(partial):
                 os.remove(partial)
         return tvm.runtime.load_module(str(path)), False
+
+
+def load_or_compute_json(name: str, cache_key: str, compute: Callable[[], dict], root: Path | None = None) -> dict:
+    """A small result (counts, not a library) that is slow to compute and fully determined by
+    ``cache_key``: computed once, kept as JSON, read back the next time."""
+    path = Path(root or CACHE_ROOT) / f"{name}-{cache_key}.json"
+    if enabled() and path.is_file():
+        return json.loads(path.read_text())
+    result = compute()
+    if enabled():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=f".{name}-", suffix=".json", dir=path.parent)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(result, handle)
+        os.replace(partial, path)
+    return result
 
 
 @contextlib.contextmanager

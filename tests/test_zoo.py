@@ -32,3 +32,20 @@ def test_operator_mix_tells_the_conv_kinds_apart_and_counts_their_flops():
     depthwise_share = 100 * (out_pixels * 8 * 9) / macs
     assert abs(mix["depthwise % of conv FLOPs"] - depthwise_share) < 1e-9
     assert 0 < mix["kernels after fusion"] <= mix["operators"]
+
+
+def test_operator_mix_is_counted_once_per_module_and_again_for_another(monkeypatch, tmp_path):
+    from helpers import build, cache
+
+    monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path)
+    fused = []
+    real_fuse = build.fuse
+    monkeypatch.setattr(build, "fuse", lambda mod, target: fused.append(1) or real_fuse(mod, target))
+    x = torch.randn(1, 3, 8, 8)
+    first = zoo.operator_mix(models.import_to_relax(Mixed().eval(), x).mod)
+    again = zoo.operator_mix(models.import_to_relax(Mixed().eval(), x).mod)  # imported anew: the same module
+    assert again == first and len(fused) == 1
+    other = zoo.operator_mix(models.import_to_relax(Mixed().eval(), torch.randn(1, 3, 16, 16)).mod)
+    assert len(fused) == 2 and other["GFLOP (conv)"] > 3 * first["GFLOP (conv)"]  # 4x the pixels
+    monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
+    assert zoo.operator_mix(models.import_to_relax(Mixed().eval(), x).mod) == first and len(fused) == 3
