@@ -128,3 +128,13 @@ def test_every_page_loads_offline_with_every_image(built):
     assert not outside, f"pages asked for something outside the machine: {sorted(set(outside))[:10]}"
     assert not problems, problems[:20]
     assert len(list(SCREENSHOTS.glob("*.png"))) >= len(site.days())
+
+
+def test_a_progress_bar_keeps_its_text_and_loses_the_widget_that_would_come_from_a_cdn():
+    nb = nbformat.v4.new_notebook(metadata={"widgets": {"state": {}}})
+    bar = nbformat.v4.new_output("display_data", data={site.WIDGET: {"model_id": "abc"}, "text/plain": "models: 3/3"})
+    only_widget = nbformat.v4.new_output("display_data", data={site.WIDGET: {"model_id": "def"}})
+    nb.cells.append(nbformat.v4.new_code_cell("for m in tqdm(models): ...", outputs=[bar, only_widget]))
+    stripped = site.strip(nb)
+    assert [out["data"] for out in stripped.cells[0].outputs] == [{"text/plain": "models: 3/3"}]
+    assert "widgets" not in stripped.metadata

@@ -40,6 +40,7 @@ IMAGES = (".svg", ".png", ".jpg", ".jpeg", ".gif")
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 _REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 _TAG = re.compile(r"<[^>]+>")
+WIDGET = "application/vnd.jupyter.widget-view+json"
 
 CONF = '''# Written by helpers/instructor/site.py: edit that file, not this one.
 project = "TVM from PyTorch to a tuned module: a course"
@@ -47,6 +48,7 @@ extensions = ["myst_nb"]
 html_theme = "sphinx_book_theme"
 html_title = project
 nb_execution_mode = "off"            # executed once, before Sphinx, with the course kernel
+nb_ipywidgets_js = {}                # no widget code from a CDN: the pages carry no live widgets
 html_copy_source = False             # no _sources/: the page is all that is published
 html_show_sourcelink = False
 html_theme_options = {"use_download_button": False, "use_fullscreen_button": False,
@@ -119,8 +121,21 @@ def strip(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code" and (grader.get("solution") or grader.get("grade")):
             cell.outputs, cell.execution_count = [], None
-    nb.metadata.pop("nbgrader", None)
+        if cell.cell_type == "code":
+            cell.outputs = [out for out in map(_without_widget, cell.outputs) if out is not None]
+    for key in ("nbgrader", "widgets"):
+        nb.metadata.pop(key, None)
     return nb
+
+
+def _without_widget(output: dict) -> dict | None:
+    """An output without its live widget view (a progress bar's), which a static page cannot show and
+    would fetch widget code from a CDN for: the text it also carries stays."""
+    data = output.get("data")
+    if data is None or WIDGET not in data:
+        return output
+    del data[WIDGET]
+    return output if data else None
 
 
 def _course_map() -> str:
@@ -160,6 +175,9 @@ def write_sources(dest: Path, quick: bool, run: bool = True, log=print) -> dict[
             if image.suffix in IMAGES:
                 shutil.copyfile(image, dest / "days" / image.name)
     shutil.copytree(REPO / "results", dest / "results", ignore=shutil.ignore_patterns("*.json", "gpu"))
+    for page in (dest / "results").glob("*-*.md"):  # "Benchmark, measured ..." names no machine: the file does
+        title, _, rest = page.read_text().partition("\n")
+        page.write_text(f"{title} ({page.stem})\n{rest}")
     return origin
 
 
