@@ -17,7 +17,8 @@ INDEPENDENT_TESTS = ("tests/test_course_notebooks.py", "tests/test_hidden_tests.
 # Tests of those days that time nothing (they compare files): they stay in phase one.
 UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate",
                   "test_sources_use_the_course_kernel_and_have_graded_exercises",
-                  "test_stripping_leaves_no_solution_hidden_test_output_or_grader_metadata")
+                  "test_stripping_leaves_no_solution_hidden_test_output_or_grader_metadata",
+                  "test_autograde_gives_the_blank_release_of_a_speed_graded_day_zero")
 
 
 # The longest work units of phase one, with their seconds on one worker of two (a Zen 5, 2026-11-25;
@@ -39,6 +40,7 @@ LONGEST_FIRST = {
     "test_autograde_gives_solution_full_marks_and_blank_zero[day05_profile]": 57,
     "test_autograde_gives_solution_full_marks_and_blank_zero[day02_optimize]": 56,
     "tests/test_rpc_tuning.py": 54,
+    "test_autograde_gives_the_blank_release_of_a_speed_graded_day_zero[day08_tuning]": 45,  # estimated, not measured
     "test_autograde_gives_solution_full_marks_and_blank_zero[day01_import]": 41,
     "test_autograde_gives_solution_full_marks_and_blank_zero[day03_build]": 36,
     "test_autograde_gives_solution_full_marks_and_blank_zero[day09_gpu]": 33,
