@@ -45,8 +45,8 @@ STUDY_ROOT = REPO / "build" / "transfer-study"
 UNTUNED, TRANSFERRED = "untuned", "transferred"
 # The widest vectors PyTorch may use, by the target's widest extension: (ATen's capability, oneDNN's ISA).
 TORCH_ISA = (("avx512f", "avx512", "AVX512_CORE"), ("avx2", "avx2", "AVX2"))
-# LLVM lists tuning hints among a CPU's features ("prefer-256-bit", "slow-3ops-lea"): no instruction depends on them.
 AVX2_CPUS = ("znver3", "haswell")  # an AMD and an Intel AVX2 CPU class, tried in this order
+# LLVM lists tuning hints among a CPU's features ("prefer-256-bit", "slow-3ops-lea"): no instruction depends on them.
 TUNING_FLAGS = ("allow-light-", "branchfusion", "ermsb", "false-deps-", "fast-", "faster-", "idiv", "insert-vzeroupper",
                 "lea-", "macrofusion", "no-bypass-delay", "pad-short-", "prefer-", "sbb-dep", "slow-", "tuning-", "use-")
 
@@ -75,9 +75,10 @@ def emulated_target(mcpu: str) -> tvm.target.Target:
     """
     missing = missing_instructions(mcpu)
     if missing:
+        stand_in = avx2_stand_in()
         raise ValueError(f"This {machine.cpu_name()} lacks instructions {mcpu} has ({', '.join(missing[:5])}...): "
                          "it can only imitate a CPU whose instructions it has"
-                         + (f" (for AVX2, try {avx2_stand_in()})." if avx2_stand_in() else "."))
+                         + (f" (for AVX2, try {stand_in})." if stand_in else "."))
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": machine.core_count()})
     wanted = machine.cpu_features(target)
     aten, onednn = next(((a, o) for feat, a, o in TORCH_ISA if feat in wanted), ("default", "SSE41"))
