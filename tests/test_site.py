@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.instructor import site
+from helpers.instructor import grading, site
 from helpers.rpc_tuning import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,10 +30,10 @@ def secrets():
 
 def test_every_day_has_secrets_to_keep(secrets):
     # the leak check is only as good as its list: every day has solution or hidden-test lines in it
-    assert set(secrets.values()) == set(site.days())
+    assert set(secrets.values()) == set(grading.assignments())
 
 
-@pytest.mark.parametrize("day", site.days())
+@pytest.mark.parametrize("day", grading.assignments())
 def test_stripping_leaves_no_solution_hidden_test_output_or_grader_metadata(day, secrets):
     nb = site.strip(nbformat.read(REPO / "solutions" / day / f"{day}.ipynb", as_version=4))
     text = nbformat.writes(nb)
@@ -74,7 +74,7 @@ def built(tmp_path_factory):
 def test_the_site_has_every_day_with_outputs_and_nothing_secret_in_any_file(built, secrets):
     out, origins = built
     assert (out / "index.html").is_file()
-    assert {f"days/{day}.html" for day in site.days()} <= set(site.pages(out))
+    assert {f"days/{day}.html" for day in grading.assignments()} <= set(site.pages(out))
     assert (out / "results" / "README.html").is_file()
     assert not (out / "_sources").exists(), "Sphinx copied the notebooks' sources"
     assert site.leaks(out, secrets) == []
@@ -127,7 +127,7 @@ def test_every_page_loads_offline_with_every_image(built):
         server.shutdown()
     assert not outside, f"pages asked for something outside the machine: {sorted(set(outside))[:10]}"
     assert not problems, problems[:20]
-    assert len(list(SCREENSHOTS.glob("*.png"))) >= len(site.days())
+    assert len(list(SCREENSHOTS.glob("*.png"))) >= len(grading.assignments())
 
 
 def test_a_progress_bar_keeps_its_text_and_loses_the_widget_that_would_come_from_a_cdn():

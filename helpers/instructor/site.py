@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import html
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import nbformat
+
+from .grading import RELEASE, SOURCE, assignments
 
 REPO = Path(__file__).resolve().parents[2]
 SITE_ROOT = REPO / "build" / "site"
@@ -59,15 +62,10 @@ exclude_patterns = ["_build"]
 '''
 
 
-def days(source_root: Path = REPO / "solutions") -> list[str]:
-    """The days, in course order (the folder names of ``solutions/``)."""
-    return sorted(p.name for p in source_root.iterdir() if (p / f"{p.name}.ipynb").is_file())
-
-
 def cache_key(day: str, quick: bool) -> str:
     """What an executed day depends on: its notebook, the helpers, the pins and the mode."""
     digest = hashlib.sha256(b"quick" if quick else b"full")
-    files = [REPO / "solutions" / day / f"{day}.ipynb", REPO / "requirements.txt",
+    files = [REPO / SOURCE / day / f"{day}.ipynb", REPO / "requirements.txt",
              *sorted((REPO / "helpers").rglob("*.py"))]
     for path in files:
         digest.update(path.relative_to(REPO).as_posix().encode() + b"\0" + path.read_bytes())
@@ -97,7 +95,7 @@ def execute(day: str, quick: bool, timeout: int = 3600) -> Path:
     dest = executed_path(day, quick)
     if dest.is_file():
         return dest
-    source = REPO / "solutions" / day / f"{day}.ipynb"
+    source = REPO / SOURCE / day / f"{day}.ipynb"
     nb = nbformat.read(source, as_version=4)
     os.environ["TVM_COURSE_QUICK"] = "1" if quick else ""
     NotebookClient(nb, timeout=timeout, kernel_name="tvm-course", allow_errors=False,
@@ -160,7 +158,7 @@ def write_sources(dest: Path, quick: bool, run: bool = True, log=print) -> dict[
     (dest / "conf.py").write_text(CONF)
     (dest / "index.md").write_text(_course_map())
     origin = {}
-    for day in days():
+    for day in assignments():
         cached = executed_path(day, quick)
         if cached.is_file():
             path, origin[day] = cached, "executed (cached)"
@@ -169,9 +167,9 @@ def write_sources(dest: Path, quick: bool, run: bool = True, log=print) -> dict[
             started = time.perf_counter()
             path, origin[day] = execute(day, quick), f"executed now ({time.perf_counter() - started:.0f} s)"
         else:
-            path, origin[day] = REPO / "solutions" / day / f"{day}.ipynb", "no outputs"
+            path, origin[day] = REPO / SOURCE / day / f"{day}.ipynb", "no outputs"
         nbformat.write(strip(nbformat.read(path, as_version=4)), dest / "days" / f"{day}.ipynb")
-        for image in (REPO / "solutions" / day).iterdir():
+        for image in (REPO / SOURCE / day).iterdir():
             if image.suffix in IMAGES:
                 shutil.copyfile(image, dest / "days" / image.name)
     shutil.copytree(REPO / "results", dest / "results", ignore=shutil.ignore_patterns("*.json", "gpu"))
@@ -201,13 +199,13 @@ def build(quick: bool = False, run: bool = True, out: Path = SITE_ROOT / "html",
     return out
 
 
-def secret_lines(source_root: Path = REPO / "solutions", release_root: Path = REPO / "notebooks") -> dict[str, str]:
+def secret_lines(course: Path = REPO) -> dict[str, str]:
     """Every line of every solution and hidden-test region (and of written-answer solutions) that
     no student version also contains (a line a learner is shown is not a secret), mapped to its day."""
     secrets = {}
-    released = "\n".join((release_root / day / f"{day}.ipynb").read_text() for day in days(release_root))
-    for day in days(source_root):
-        nb = nbformat.read(source_root / day / f"{day}.ipynb", as_version=4)
+    released = "\n".join((course / RELEASE / day / f"{day}.ipynb").read_text() for day in assignments(course))
+    for day in assignments(course):
+        nb = nbformat.read(course / SOURCE / day / f"{day}.ipynb", as_version=4)
         for cell in nb.cells:
             grader = cell.metadata.get("nbgrader", {})
             if cell.cell_type == "markdown" and grader.get("solution"):
@@ -224,8 +222,6 @@ def secret_lines(source_root: Path = REPO / "solutions", release_root: Path = RE
 
 def json_escape(line: str) -> str:
     """A line as it appears inside a notebook's JSON (where the student version is searched)."""
-    import json
-
     return json.dumps(line, ensure_ascii=False)[1:-1]
 
 
