@@ -55,6 +55,14 @@ def kernel_names(mod: tvm.IRModule) -> list[str]:
     return sorted(gv.name_hint for gv, func in mod.functions.items() if isinstance(func, PrimFunc))
 
 
+def block_names(mod: tvm.IRModule, kernel: str) -> list[str]:
+    """The computation blocks of a TensorIR kernel, in order: what one kernel does, step by step."""
+    names = [gv.name_hint for gv in mod.get_global_vars()]
+    if kernel not in names or not isinstance(mod[kernel], PrimFunc):
+        raise CourseError(f"The module has no TensorIR kernel {kernel!r}; its kernels are {kernel_names(mod)}.")
+    return [name for name in re.findall(r'T\.sblock\("([^"]+)"\)', mod[kernel].script()) if name != "root"]
+
+
 def count_kernels(mod: tvm.IRModule) -> int:
     """Distinct TensorIR kernels in the module (each is compiled once)."""
     return len(kernel_names(mod))

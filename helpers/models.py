@@ -151,7 +151,7 @@ def _first_line(err: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _torch_logs_held():
+def torch_logs_held():
     """Hold torch's log records while the body runs: replayed if it succeeds, dropped if it raises.
 
     A failing torch.export logs the failed operator's traceback (or the graph so far) to stderr
@@ -194,7 +194,7 @@ def export(model: torch.nn.Module, example: torch.Tensor, dynamic_shapes=None) -
     if not isinstance(example, torch.Tensor):
         raise InputShapeError(f"The example input must be a torch.Tensor, got {type(example).__name__}.")
     try:
-        with torch.no_grad(), _torch_logs_held():
+        with torch.no_grad(), torch_logs_held():
             return torch.export.export(model, (example,), dynamic_shapes=dynamic_shapes)
     except Exception as err:
         expected = expected_input(model, example)

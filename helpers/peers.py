@@ -117,13 +117,21 @@ def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = Tru
             result.runners[ORT], result.compile_s[ORT] = onnx_runtime_runner(model, x)
         except PeerUnavailable as err:
             result.missing[ORT] = str(err)
-    expected = result.runners[EAGER]().numpy()
+    expected = _first_output(result.runners[EAGER]())
     for label, run in result.runners.items():
-        out = run() if label != EAGER else expected
-        error = relative_error(out.numpy() if isinstance(out, torch.Tensor) else out, expected)
+        out = _first_output(run()) if label != EAGER else expected
+        error = relative_error(out, expected)
         if not error <= RTOL:  # also catches NaN
             raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {RTOL:.0e}.")
     return result
+
+
+def _first_output(out) -> object:
+    """A model's output as NumPy; of a model with several outputs (a transformer's logits and cache), the
+    first, which is the one ONNX Runtime's runner returns."""
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    return out.numpy() if isinstance(out, torch.Tensor) else out
 
 
 class Fastest(NamedTuple):

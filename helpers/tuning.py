@@ -251,6 +251,24 @@ def tuned_in_quick_mode(work_dir: str | Path) -> bool:
     return bool(_read_settings(Path(work_dir)).get("quick", False))
 
 
+def _refuse_symbolic_shapes(mod: tvm.IRModule) -> None:
+    """A clear error for a module with a symbolic dimension, before MetaSchedule fails on it obscurely.
+
+    A candidate schedule is built and timed on inputs of one shape, so MetaSchedule tunes static
+    kernels only (on a symbolic one it fails with "The random variable has been produced once").
+    """
+    for gvar, func in mod.functions.items():
+        if isinstance(func, relax.Function):
+            names = sorted(str(v) for v in relax.analysis.defined_symbolic_vars(func))
+            if names:
+                raise CourseError(
+                    f"{gvar.name_hint} has symbolic dimensions ({', '.join(names)}): MetaSchedule tunes kernels of "
+                    "one static shape, since every candidate is timed on real inputs. Bind each to a size first "
+                    "(a bucket: relax.transform.BindSymbolicVars({name: size}), or transformer.bind_length) "
+                    "and tune each bucket."
+                )
+
+
 def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
     """The module's kernels to tune (already scheduled ones have nothing to tune)."""
     tasks = ms.relax_integration.extract_tasks(prepared, target)
@@ -373,6 +391,7 @@ def tune(
     """
     if max_trials_per_task < 1:
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
+    _refuse_symbolic_shapes(mod)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     _check_prepack(work_dir, prepack)
