@@ -1,0 +1,355 @@
+"""A small GPT through TVM (Day 14): a symbolic sequence length, buckets, and decoding with a KV cache.
+
+Every model before Day 14 is a CNN called with one input shape. A language model is called with
+another length on every request, and when it generates text it calls itself once per new token with
+a growing past. Three ways to compile for that, each with its price:
+
+- **one symbolic build**: ``torch.export.Dim`` marks the length dynamic, the Relax module takes
+  ``(1, n)`` with ``n`` a symbolic variable, and one ``tvm.compile`` serves every length. Its kernels
+  cannot be tuned (MetaSchedule needs static shapes), so they run TVM's default schedules;
+- **buckets**: the length bound to a few sizes (``relax.transform.BindSymbolicVars``), each tuned like
+  any static model; a request is padded up to its bucket;
+- **prefill and decode** as two functions with the key/value cache as an explicit input and output,
+  the past length symbolic: the prompt is processed once, then each new token costs one small call.
+
+The model is GPT-2's layout (pre-LayerNorm blocks, learned positions, a GELU MLP) at a size that
+compiles in seconds, with seeded random weights: nothing is downloaded, and speed and parity do not
+depend on the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import tvm
+from torch import nn
+from tvm import relax
+from tvm.relax.frontend.torch import from_exported_program
+
+from . import databases, tuning
+from .build import CompiledModel, device_for, load_executable
+from .errors import CourseError, InputShapeError
+from .machine import cpu_target
+from .models import ImportedModel, torch_logs_held
+
+TOKEN_DTYPE = "int64"
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The model's sizes: vocabulary, width, blocks, attention heads and the longest sequence."""
+
+    vocab: int = 512
+    width: int = 128
+    layers: int = 2
+    heads: int = 4
+    max_len: int = 256
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+
+class Block(nn.Module):
+    """One pre-LayerNorm transformer block: causal self-attention, then an MLP, each with a residual."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.heads = config.heads
+        self.ln1, self.ln2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
+        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.proj = nn.Linear(config.width, config.width)
+        self.fc, self.out = nn.Linear(config.width, 4 * config.width), nn.Linear(4 * config.width, config.width)
+
+    def forward(self, x, past_k=None, past_v=None):
+        batch, length, width = x.shape
+        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2)
+                   for t in self.qkv(self.ln1(x)).split(width, dim=2))
+        if past_k is None:  # prefill: every position sees itself and the positions before it
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # decode: one new position, which may see the whole past and itself
+            k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
+            attended = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
+        return x + self.out(F.gelu(self.fc(self.ln2(x)))), k, v
+
+
+class TinyGPT(nn.Module):
+    """A decoder-only transformer with seeded random weights.
+
+    ``prefill(ids)`` runs a whole prompt and returns the logits and the cache (keys and values of every
+    layer, shaped ``(layers, batch, heads, length, head_dim)``); ``decode(ids, positions, keys, values)``
+    runs new tokens against that cache and returns the logits and the longer cache.
+    """
+
+    def __init__(self, config: GPTConfig = GPTConfig(), seed: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            self.tok, self.pos = nn.Embedding(config.vocab, config.width), nn.Embedding(config.max_len, config.width)
+            self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
+            self.ln = nn.LayerNorm(config.width)
+            self.head = nn.Linear(config.width, config.vocab, bias=False)
+        self.eval()
+
+    def prefill(self, ids):
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1]))
+        keys, values = [], []
+        for block in self.blocks:
+            x, k, v = block(x)
+            keys.append(k)
+            values.append(v)
+        return self.head(self.ln(x)), torch.stack(keys), torch.stack(values)
+
+    def decode(self, ids, positions, past_keys, past_values):
+        x = self.tok(ids) + self.pos(positions)
+        keys, values = [], []
+        for layer, block in enumerate(self.blocks):
+            x, k, v = block(x, past_keys[layer], past_values[layer])
+            keys.append(k)
+            values.append(v)
+        return self.head(self.ln(x)), torch.stack(keys), torch.stack(values)
+
+
+class Prefill(nn.Module):
+    """``model.prefill`` as a module's ``forward``: what torch.export and torch.compile take."""
+
+    def __init__(self, model: TinyGPT) -> None:
+        super().__init__()
+        self.model = model
+        self.eval()  # a new module starts in training mode, and the ONNX exporter warns about it
+
+    def forward(self, ids):
+        return self.model.prefill(ids)
+
+
+class Decode(nn.Module):
+    """``model.decode`` as a module's ``forward``."""
+
+    def __init__(self, model: TinyGPT) -> None:
+        super().__init__()
+        self.model = model
+        self.eval()
+
+    def forward(self, ids, positions, past_keys, past_values):
+        return self.model.decode(ids, positions, past_keys, past_values)
+
+
+def tokens(length: int, vocab: int = GPTConfig.vocab, seed: int = 0) -> torch.Tensor:
+    """A batch of one random prompt of ``length`` token ids (no tokenizer: the weights are random too)."""
+    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------ import
+
+
+def _import(module: nn.Module, inputs: tuple, dynamic_shapes=None, decompose: bool = True) -> tuple[tvm.IRModule, list]:
+    """torch.export -> Relax with the weights detached; ``decompose=False`` keeps ``R.nn.attention`` whole."""
+    with torch.no_grad(), torch_logs_held():
+        program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+    mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=decompose)
+    mod, params = relax.frontend.detach_params(mod)
+    return mod, list(params.get("main", []))
+
+
+def import_prefill(model: TinyGPT, length: int | None = None, decompose: bool = True) -> ImportedModel:
+    """The prefill as Relax: for one ``length``, or (None) for every length from 2 to ``max_len`` at once.
+
+    With a symbolic length, torch names the variable (``s27``, say) and its bounds become the
+    function's ``tir_var_lower_bound`` / ``tir_var_upper_bound`` attributes (``length_bounds``).
+    torch.export treats sizes 0 and 1 as special cases, so the symbolic range starts at 2.
+    """
+    top = model.config.max_len
+    if length is not None and not 1 <= length <= top:
+        raise InputShapeError(f"length must be between 1 and the model's max_len ({top}), got {length}.")
+    example = tokens(length or 8, model.config.vocab)
+    dims = None if length else ({1: torch.export.Dim("length", min=2, max=top)},)
+    mod, params = _import(Prefill(model), (example,), dims, decompose)
+    return ImportedModel(mod=mod, params=params, input_shape=tuple(example.shape), input_dtype=TOKEN_DTYPE)
+
+
+def empty_cache(model: TinyGPT, past: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values for ``past`` earlier positions, zeros: the shape ``decode`` takes."""
+    c = model.config
+    shape = (c.layers, 1, c.heads, past, c.head_dim)
+    return torch.zeros(shape), torch.zeros(shape)
+
+
+def import_decode(model: TinyGPT) -> ImportedModel:
+    """One decoding step as Relax, with a symbolic past length (1 to ``max_len - 1``).
+
+    Inputs: the new token ``(1, 1)``, its position ``(1, 1)``, the past keys and values; outputs: the
+    logits and the keys and values one position longer. The cache goes in and out explicitly: a
+    cache kept in a ``register_buffer`` and changed in ``forward`` would be frozen into a constant.
+    """
+    keys, values = empty_cache(model, 8)
+    past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
+    ids, position = tokens(1, model.config.vocab), torch.tensor([[8]])
+    mod, params = _import(Decode(model), (ids, position, keys, values), (None, None, {3: past}, {3: past}))
+    return ImportedModel(mod=mod, params=params, input_shape=(1, 1), input_dtype=TOKEN_DTYPE)
+
+
+def length_bounds(mod: tvm.IRModule, function: str = "main") -> dict[str, tuple[int, int]]:
+    """Each symbolic variable of ``function`` with its (lowest, highest) value, as the importer recorded them."""
+    attrs = mod[function].attrs or {}
+    low, high = attrs.get("tir_var_lower_bound", {}), attrs.get("tir_var_upper_bound", {})
+    names = [str(v) for v in relax.analysis.defined_symbolic_vars(mod[function])]
+    return {name: (int(low.get(name, 0)), int(high[name]) if name in high else None) for name in names}
+
+
+def bind_length(imported: ImportedModel, length: int) -> ImportedModel:
+    """A static bucket: the symbolic length of ``imported`` replaced by ``length`` (``BindSymbolicVars``)."""
+    bounds = length_bounds(imported.mod)
+    if len(bounds) != 1:
+        raise CourseError(f"bind_length takes a module with one symbolic length; this one has {sorted(bounds) or 'none'}.")
+    (name, (low, high)), = bounds.items()
+    if not low <= length <= high:
+        raise InputShapeError(f"A bucket of {length} is outside the range the module was exported for ({low} to {high}).")
+    mod = relax.transform.BindSymbolicVars({name: length})(imported.mod)
+    return replace(imported, mod=mod, input_shape=(1, length))
+
+
+# ------------------------------------------------------------------ compiled
+
+
+@dataclass
+class SymbolicLengthModel(CompiledModel):
+    """A compiled prefill that accepts any length in ``bounds``; works with ``timing.tvm_runner`` and the rest."""
+
+    bounds: tuple[int, int] = (2, 256)
+
+    def to_device(self, x) -> tvm.runtime.Tensor:
+        array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        low, high = self.bounds
+        if array.ndim != 2 or array.shape[0] != 1 or str(array.dtype) != TOKEN_DTYPE or not low <= array.shape[1] <= high:
+            raise InputShapeError(
+                f"This module takes (1, length) {TOKEN_DTYPE} token ids with {low} <= length <= {high}, "
+                f"but got {tuple(array.shape)} {array.dtype}."
+            )
+        return tvm.runtime.tensor(array, self.device)
+
+
+def compile_symbolic(imported: ImportedModel, target: tvm.target.Target | None = None) -> SymbolicLengthModel:
+    """One ``tvm.compile`` of a symbolic-length prefill, for every length it was exported for."""
+    target = target or cpu_target()
+    (_, bounds), = length_bounds(imported.mod).items()
+    compiled = load_executable(tvm.compile(imported.mod, target=target), imported, target)
+    return SymbolicLengthModel(**vars(compiled), bounds=bounds)
+
+
+def outputs(result) -> list[np.ndarray]:
+    """A VM result (a tuple of tensors) as NumPy arrays."""
+    return [t.numpy() for t in result]
+
+
+@dataclass
+class Decoder:
+    """The compiled decoding step; ``step`` keeps the cache on the device between calls."""
+
+    compiled: CompiledModel
+
+    def step(self, token: int, position: int, keys, values):
+        """(logits, keys, values) after one more token; ``keys``/``values`` as NumPy, torch or TVM tensors."""
+        device = self.compiled.device
+        on_device = [tvm.runtime.tensor(np.array([[value]], dtype=TOKEN_DTYPE), device) for value in (token, position)]
+        caches = [c if isinstance(c, tvm.runtime.Tensor) else tvm.runtime.tensor(np.asarray(c), device)
+                  for c in (keys, values)]
+        logits, keys, values = self.compiled.vm["main"](*on_device, *caches, *self.compiled.params)
+        return logits, keys, values
+
+
+def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = None) -> Decoder:
+    """``tvm.compile`` of ``import_decode``'s module: one build for every past length."""
+    target = target or cpu_target()
+    device_for(target)
+    return Decoder(load_executable(tvm.compile(imported.mod, target=target), imported, target))
+
+
+# ------------------------------------------------------------------ generation
+
+# A prefill step: prompt ids (1, n) -> (logits (1, n, vocab) as NumPy, cache); a decode step:
+# (token, position, cache) -> (logits (1, 1, vocab) as NumPy, cache). The cache is whatever the
+# steps pass each other: the caller only hands it on.
+PrefillStep = Callable[[np.ndarray], tuple[np.ndarray, object]]
+DecodeStep = Callable[[int, int, object], tuple[np.ndarray, object]]
+
+
+def torch_steps(model: TinyGPT) -> tuple[PrefillStep, DecodeStep]:
+    """PyTorch eager's prefill and decode steps for ``model``."""
+
+    def prefill(ids):
+        with torch.inference_mode():
+            logits, keys, values = model.prefill(torch.as_tensor(np.asarray(ids)))
+        return logits.numpy(), (keys, values)
+
+    def decode(token, position, cache):
+        with torch.inference_mode():
+            logits, keys, values = model.decode(torch.tensor([[token]]), torch.tensor([[position]]), *cache)
+        return logits.numpy(), (keys, values)
+
+    return prefill, decode
+
+
+def tvm_steps(prefill_model: CompiledModel, decoder: Decoder) -> tuple[PrefillStep, DecodeStep]:
+    """TVM's prefill and decode steps: the cache stays on TVM's device from the prompt to the last token."""
+
+    def prefill(ids):
+        logits, keys, values = prefill_model.run_on_device(prefill_model.to_device(np.asarray(ids)))
+        return logits.numpy(), (keys, values)
+
+    def decode(token, position, cache):
+        logits, keys, values = decoder.step(token, position, *cache)
+        return logits.numpy(), (keys, values)
+
+    return prefill, decode
+
+
+def tokens_without_cache(model: TinyGPT, prompt, count: int) -> list[int]:
+    """``count`` greedy tokens computed the slow way, the whole sequence again for each: a reference."""
+    ids = torch.as_tensor(np.asarray(prompt))
+    found = []
+    with torch.inference_mode():
+        for _ in range(count):
+            logits, _, _ = model.prefill(ids)
+            found.append(int(logits[0, -1].argmax()))
+            ids = torch.cat([ids, torch.tensor([[found[-1]]])], dim=1)
+    return found
+
+
+# ------------------------------------------------------------------ shipped bucket databases
+
+
+def bucket_name(length: int) -> str:
+    """The tuning database's model name for a prefill bucket of ``length`` tokens, e.g. ``tinygpt_prefill64``."""
+    return f"tinygpt_prefill{length}"
+
+
+def tune_bucket(length: int, trials_per_task: int, target: tvm.target.Target | None = None) -> str:
+    """Tune the default TinyGPT's prefill bound to ``length`` into the shipped databases (kept: best per kernel)."""
+    target = target or cpu_target()
+    bucket = bind_length(import_prefill(TinyGPT()), length)
+    work_dir = databases.database_dir(bucket_name(length), target)
+    tuning.tune(bucket.mod, target, work_dir, max_trials_per_task=trials_per_task, prepack=True)
+    tuning.prune_database(work_dir, keep=1)
+    return str(work_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Tune a TinyGPT prefill bucket into tuning/ (Day 14's shipped database).")
+    parser.add_argument("command", choices=["tune"])
+    parser.add_argument("--length", type=int, default=64)
+    parser.add_argument("--trials", type=int, default=32, help="trials per task")
+    args = parser.parse_args(argv)
+    print("tuned into", tune_bucket(args.length, args.trials))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

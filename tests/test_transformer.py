@@ -1,0 +1,140 @@
+"""Day 14's transformer helpers: a symbolic length, buckets, an explicit KV cache, generation."""
+
+import numpy as np
+import pytest
+import torch
+from tvm import relax
+
+from helpers import build, databases, ir, machine, peers, transformer, tuning
+from helpers.errors import CourseError, InputShapeError
+
+TARGET = machine.cpu_target()
+SMALL = transformer.GPTConfig(vocab=64, width=32, layers=2, heads=2, max_len=48)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return transformer.TinyGPT(SMALL, seed=1)
+
+
+@pytest.fixture(scope="module")
+def symbolic(small):
+    imported = transformer.import_prefill(small)
+    return imported, transformer.compile_symbolic(imported, TARGET)
+
+
+def _prefill_outputs(model, ids):
+    with torch.inference_mode():
+        return [t.numpy() for t in model.prefill(ids)]
+
+
+def test_one_symbolic_build_matches_pytorch_at_every_length_of_its_range(small, symbolic):
+    imported, compiled = symbolic
+    (name, bounds), = transformer.length_bounds(imported.mod).items()
+    assert bounds == (2, SMALL.max_len) and compiled.bounds == bounds
+    for length in (2, 5, 31, SMALL.max_len):
+        ids = transformer.tokens(length, SMALL.vocab, seed=length)
+        got = transformer.outputs(compiled.run_on_device(compiled.to_device(ids)))
+        assert [g.shape for g in got] == [w.shape for w in _prefill_outputs(small, ids)]
+        assert max(build.relative_error(g, w) for g, w in zip(got, _prefill_outputs(small, ids))) < 1e-5
+
+
+def test_the_symbolic_build_refuses_lengths_and_dtypes_outside_its_signature(symbolic):
+    _, compiled = symbolic
+    for bad in (transformer.tokens(SMALL.max_len + 1, SMALL.vocab), transformer.tokens(1, SMALL.vocab),
+                transformer.tokens(8, SMALL.vocab).int(), torch.zeros(2, 8, dtype=torch.int64)):
+        with pytest.raises(InputShapeError, match=r"\(1, length\) int64"):
+            compiled.to_device(bad)
+
+
+def test_a_bucket_is_static_and_matches_pytorch(small, symbolic):
+    imported, _ = symbolic
+    bucket = transformer.bind_length(imported, 16)
+    assert transformer.length_bounds(bucket.mod) == {} and bucket.input_shape == (1, 16)
+    compiled = build.compile_model(bucket, TARGET)
+    ids = transformer.tokens(16, SMALL.vocab, seed=3)
+    got = transformer.outputs(compiled.run_on_device(compiled.to_device(ids)))
+    assert build.relative_error(got[0], _prefill_outputs(small, ids)[0]) < 1e-5
+    with pytest.raises(InputShapeError, match="compiled for input"):
+        compiled.to_device(transformer.tokens(17, SMALL.vocab))
+
+
+def test_bind_length_refuses_a_size_outside_the_range_and_a_static_module(symbolic):
+    imported, _ = symbolic
+    with pytest.raises(InputShapeError, match="outside the range .*2 to 48"):
+        transformer.bind_length(imported, 49)
+    with pytest.raises(CourseError, match="one symbolic length"):
+        transformer.bind_length(transformer.bind_length(imported, 16), 16)
+
+
+def test_tuning_refuses_a_symbolic_kernel_before_touching_the_database(symbolic, tmp_path):
+    imported, _ = symbolic
+    work_dir = tmp_path / "db"
+    with pytest.raises(CourseError, match=r"symbolic dimensions \(s\d+\).*BindSymbolicVars"):
+        tuning.tune(imported.mod, TARGET, work_dir, max_trials_per_task=1)
+    assert not work_dir.exists()
+
+
+def test_attention_stays_one_operator_only_without_decomposition(small):
+    kept = ir.op_histogram(transformer.import_prefill(small, 8, decompose=False).mod)
+    decomposed = ir.op_histogram(transformer.import_prefill(small, 8).mod)
+    assert kept["nn.attention"] == SMALL.layers
+    assert "nn.attention" not in decomposed and decomposed["nn.softmax"] == SMALL.layers
+
+
+def test_kept_attention_is_one_kernel_whose_blocks_are_matmul_mask_softmax_matmul(small):
+    fused = build.fuse(transformer.import_prefill(small, 8, decompose=False).mod, TARGET)
+    steps = ir.block_names(fused, "attention")
+    first_matmul, mask, second_matmul = (steps.index(name) for name in ("T_batch_matmul_NT", "trilu", "T_batch_matmul_NN"))
+    assert first_matmul < mask < second_matmul and "root" not in steps
+    with pytest.raises(CourseError, match="no TensorIR kernel 'main'"):
+        ir.block_names(fused, "main")
+
+
+def test_decoding_with_the_explicit_cache_gives_the_tokens_computed_without_one(small, symbolic):
+    _, prefill = symbolic
+    decode = transformer.import_decode(small)
+    (name, bounds), = transformer.length_bounds(decode.mod).items()
+    assert bounds == (1, SMALL.max_len - 1)
+    decoder = transformer.compile_decoder(decode, TARGET)
+    prompt = transformer.tokens(6, SMALL.vocab, seed=4)
+    want = transformer.tokens_without_cache(small, prompt, 10)
+    for prefill_step, decode_step in (transformer.torch_steps(small), transformer.tvm_steps(prefill, decoder)):
+        logits, cache = prefill_step(prompt)
+        found = [int(logits[0, -1].argmax())]
+        for position in range(6, 15):
+            logits, cache = decode_step(found[-1], position, cache)
+            found.append(int(logits[0, -1].argmax()))
+        assert found == want
+
+
+def test_the_model_is_seeded_and_leaves_the_global_generator_alone():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a, b = transformer.TinyGPT(SMALL, seed=5), transformer.TinyGPT(SMALL, seed=5)
+    assert torch.equal(torch.rand(1), before)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(a.head.weight, transformer.TinyGPT(SMALL, seed=6).head.weight)
+
+
+def test_peers_compare_a_model_with_several_outputs_by_its_first(small):
+    found = peers.peers(transformer.Prefill(small), transformer.tokens(8, SMALL.vocab), which=(peers.EAGER, peers.ORT))
+    assert set(found.runners) == {peers.EAGER, peers.ORT}, found.missing
+
+
+def test_the_shipped_bucket_database_covers_every_kernel_of_the_bucket():
+    """Day 14 builds with it: a change to the model or the import must come with a new database."""
+    bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), 64)
+    tasks = tuning._tasks(tuning._prepare(bucket.mod, TARGET, prepack=True), TARGET)
+    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.bucket_name(64)}-b1-*cores"))
+    assert shipped, "no database for Day 14's bucket ships in tuning/: python -m helpers.transformer tune --length 64"
+    # The embedding lookups (take) cannot be tuned: MetaSchedule times candidates on random inputs, and
+    # random token ids outside the table crash its runner ("Fast mode segfaults when there are out-of-bounds
+    # indices"). They keep their default schedule.
+    lookups = {t.task_name for t in tasks if t.task_name.startswith("take")}
+    assert len(lookups) == 2
+    for path in shipped:
+        db = tuning._load_database(path)
+        missing = {t.task_name for t in tasks if not db.has_workload(t.dispatched[0])} - lookups
+        assert not missing, f"{path.name} has no record for {sorted(missing)[:4]} ({len(missing)} of {len(tasks)})"
