@@ -622,3 +622,129 @@ def test_day12_hidden_choice_tests_alone_catch_a_choice_by_median_only():
     exec(visible, namespace)
     with pytest.raises(AssertionError, match="clearly faster"):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 14: buckets, a mask with a past, decoding
+
+DAY14 = "day14_transformers"
+
+
+@pytest.fixture(scope="module")
+def day14_builds():
+    """What Day 14's test cells use from the notebook: the model and its compiled prefill and decode."""
+    from helpers import transformer
+
+    model = transformer.TinyGPT()
+    return dict(model=model,
+                any_length=transformer.compile_symbolic(transformer.import_prefill(model)),
+                decoder=transformer.compile_decoder(transformer.import_decode(model)))
+
+
+def _day14_namespace(builds=None, **extra) -> dict:
+    import torch.nn.functional as F
+
+    from helpers import transformer
+
+    return dict(np=np, torch=torch, F=F, transformer=transformer) | (builds or {}) | extra
+
+
+def _solution(grade_id: str, builds=None):
+    namespace = _day14_namespace(builds)
+    exec(_cell(DAY14, grade_id), namespace)
+    return namespace[grade_id]
+
+
+def test_day14_solutions_pass_their_tests(day14_builds):
+    for solution, tests in [("plan_buckets", "test_plan_buckets"), ("causal_mask", "test_causal_mask"),
+                            ("greedy_generate", "test_greedy_generate")]:
+        namespace = _day14_namespace(day14_builds)
+        exec(_cell(DAY14, solution), namespace)
+        exec(_cell(DAY14, tests), namespace)
+
+
+def _plan_in_given_order(lengths, buckets):
+    """The first bucket that holds each length, in the order the buckets came: right only when sorted."""
+    assigned = [next(b for b in buckets if b >= n) for n in lengths]
+    return assigned, (sum(assigned) - sum(lengths)) / sum(assigned)
+
+
+def _plan_without_checks(lengths, buckets):
+    """Right for lengths that fit; a too-long request silently gets the largest bucket."""
+    sizes = sorted(buckets)
+    assigned = [next((b for b in sizes if b >= n), sizes[-1]) for n in lengths]
+    return assigned, (sum(assigned) - sum(lengths)) / sum(assigned)
+
+
+def _plan_waste_over_real_tokens(lengths, buckets):
+    assigned = [min(b for b in buckets if b >= n) for n in lengths]
+    return assigned, (sum(assigned) - sum(lengths)) / sum(lengths)
+
+
+@pytest.mark.parametrize("wrong", [_plan_in_given_order, _plan_without_checks])
+def test_day14_hidden_bucket_tests_alone_catch_unsorted_buckets_and_unchecked_lengths(wrong):
+    visible, hidden = _parts(DAY14, "test_plan_buckets")
+    namespace = _day14_namespace(plan_buckets=wrong)
+    exec(visible, namespace)
+    with pytest.raises(AssertionError):
+        exec(hidden, namespace)
+
+
+def test_day14_bucket_tests_catch_waste_measured_against_the_real_tokens():
+    with pytest.raises(AssertionError):
+        exec(_cell(DAY14, "test_plan_buckets"), _day14_namespace(plan_buckets=_plan_waste_over_real_tokens))
+
+
+@pytest.mark.parametrize("wrong", [
+    lambda queries, past: np.tril(np.ones((queries, past + queries), dtype=bool)),  # top-left, as is_causal
+    lambda queries, past: np.arange(past + queries)[None, :] < past + np.arange(queries)[:, None],  # not itself
+])
+def test_day14_mask_tests_catch_a_top_left_mask_and_a_query_that_cannot_see_itself(wrong):
+    with pytest.raises(AssertionError):
+        exec(_cell(DAY14, "test_causal_mask"), _day14_namespace(causal_mask=wrong))
+
+
+def test_day14_hidden_mask_tests_alone_catch_a_mask_right_only_for_the_visible_past():
+    visible, hidden = _parts(DAY14, "test_causal_mask")
+    right = _solution("causal_mask")
+    namespace = _day14_namespace(causal_mask=lambda queries, past: right(queries, 3))
+    exec(visible, namespace)
+    with pytest.raises(AssertionError):
+        exec(hidden, namespace)
+
+
+def _generate(prefill_each_step=False, decode_last=False, first_position_offset=0, keep_first_cache=False):
+    """A greedy loop with one mistake switched on."""
+
+    def greedy_generate(prefill, decode, prompt, count):
+        ids = np.asarray(prompt)
+        logits, cache = prefill(ids)
+        first_cache = cache
+        found = [int(np.argmax(logits[0, -1]))]
+        position = ids.shape[1] + first_position_offset
+        steps = count if decode_last else count - 1
+        for _ in range(steps):
+            if prefill_each_step:
+                ids = np.concatenate([ids, [[found[-1]]]], axis=1)
+                logits, cache = prefill(ids)
+            else:
+                logits, cache = decode(found[-1], position, first_cache if keep_first_cache else cache)
+            found.append(int(np.argmax(logits[0, -1])))
+            position += 1
+        return found[:count]
+
+    return greedy_generate
+
+
+@pytest.mark.parametrize("mistake", [dict(first_position_offset=-1), dict(keep_first_cache=True)])
+def test_day14_decode_tests_catch_a_wrong_position_and_a_cache_not_handed_on(day14_builds, mistake):
+    with pytest.raises(AssertionError, match="expected"):
+        exec(_cell(DAY14, "test_greedy_generate"), _day14_namespace(day14_builds, greedy_generate=_generate(**mistake)))
+
+
+@pytest.mark.parametrize("mistake", [dict(prefill_each_step=True), dict(decode_last=True)])
+def test_day14_hidden_decode_tests_alone_catch_no_cache_and_a_wasted_last_step(day14_builds, mistake):
+    visible, hidden = _parts(DAY14, "test_greedy_generate")
+    namespace = _day14_namespace(day14_builds, greedy_generate=_generate(**mistake))
+    exec(visible, namespace)
+    with pytest.raises(AssertionError, match="prefill called|decode called"):
+        exec(hidden, namespace)
