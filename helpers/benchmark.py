@@ -417,6 +417,63 @@ def run_int8(repeats: int = 30, save: bool = True) -> str:
     return text
 
 
+def transformer_run(repeats: int = 100) -> dict:
+    """Day 14's comparison on TinyGPT: the prefill of one bucket by every engine (the tuned bucket and the
+    symbolic build against PyTorch's peers and ``torch.compile(dynamic=True)``), then one decoding step,
+    eager against TVM; each set timed in alternating blocks in one run."""
+    from . import transformer
+
+    target = machine.cpu_target()
+    model = transformer.TinyGPT()
+    symbolic = transformer.import_prefill(model)
+    any_length = transformer.compile_symbolic(symbolic, target)
+    bucket = transformer.bind_length(symbolic, transformer.BUCKET)
+    database = databases.choose(transformer.bucket_name(transformer.BUCKET), bucket, target, tune_if_missing=False)
+    tuned = database.compile(bucket, target)
+    runners, missing = transformer.prefill_runners(model, transformer.tokens(transformer.BUCKET, seed=1), tuned, any_length)
+    decoder = transformer.compile_decoder(transformer.import_decode(model), target)
+    load = _load_average()
+    prefill = timing.measure_engines(runners, warmup=3, repeats=repeats)
+    decode = timing.measure_engines(transformer.decode_runners(model, decoder, past=transformer.BUCKET),
+                                    warmup=3, repeats=repeats)
+    return {"model": f"TinyGPT {model.config}", "length": transformer.BUCKET, "prefill": _records(prefill),
+            "decode": _records(decode), "missing": missing, "database": database.label(),
+            "verdict": peers.verdict(prefill, candidate=transformer.TUNED_BUCKET),
+            "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
+            "load_average": [load, _load_average()]}
+
+
+def format_transformer(result: dict, machine_summary: str) -> str:
+    """The transformer comparison as Markdown: prefill and decode, medians (IQR) and speedups over eager."""
+    lines = [f"Machine: {machine_summary}", "", "| step | engine | median ms (IQR) | vs eager |", "| --- | --- | ---: | ---: |"]
+    for step in ("prefill", "decode"):
+        records = result[step]
+        eager = records[EAGER]["median_ms"]
+        for label, r in records.items():
+            mark = UNRELIABLE_MARK if timing.unreliable(r) or timing.unreliable(records[EAGER]) else ""
+            lines.append(f"| {step} | {label} | {mark}{r['median_ms']:.3f} ({r['iqr_ms']:.3f}) | {mark}{eager / r['median_ms']:.2f}× |")
+    lines += ["", f"{result['model']}, batch 1: prefill of {result['length']} tokens, and one decoding step after a past "
+              f"of {result['length']}. One run, engines timed in alternating blocks. {UNRELIABLE_MARK.strip()} marks noise.",
+              f"Tuned bucket: {result['database']}. The symbolic builds are untuned (MetaSchedule needs static shapes).",
+              *(f"{label} not measured: {reason}" for label, reason in result["missing"].items()),
+              "", *result["verdict"].splitlines()]
+    return "\n".join(lines)
+
+
+def run_transformer(repeats: int = 100, save: bool = True) -> str:
+    """Day 14's comparison, printed and kept in results/transformer-<cpu>-<cores>cores.{json,md}."""
+    info = machine.describe()
+    result = transformer_run(repeats)
+    text = format_transformer(result, info.summary())
+    print(text)
+    if save:
+        target = machine.cpu_target()
+        record = save_record(results_path(target, "json", kind="transformer"), machine=info.as_dict(), target=str(target), **result)
+        results_path(target, "md", kind="transformer").write_text(f"# A small GPT, measured {record['measured']}\n\n{text}\n")
+        print(f"saved {results_path(target, 'md', kind='transformer')}")
+    return text
+
+
 def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT, kind: str = "benchmark") -> Path:
     """``results/<kind>-<cpu>-<cores>cores.<suffix>``: one file per kind of result and machine kind."""
     mcpu = str(target.attrs.get("mcpu", target.kind.name))
@@ -482,6 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     int8_cmd = sub.add_parser("int8", help="Day 12: PyTorch fp32 and int8 against TVM fp32 and int8 tuned, MobileNetV2")
     int8_cmd.add_argument("--repeats", type=int, default=30)
     int8_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    transformer_cmd = sub.add_parser("transformer", help="Day 14: a small GPT's prefill bucket and decoding step, TVM against PyTorch")
+    transformer_cmd.add_argument("--repeats", type=int, default=100, help="sub-millisecond calls: many, for a stable median")
+    transformer_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     dispatch_cmd = sub.add_parser("dispatch-run", help="eager against tuned TVM + oneDNN convs, as JSON (run by table)")
     dispatch_cmd.add_argument("model", choices=models.available_models())
     dispatch_cmd.add_argument("--batch", type=int, default=1)
@@ -493,6 +553,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              target=_target_for(args.mcpu)))
     elif args.command == "int8":
         run_int8(args.repeats, save=not args.no_save)
+    elif args.command == "transformer":
+        run_transformer(args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":
         print(json.dumps(dispatch_run(args.model, args.batch, args.repeats, args.mcpu)))
     else:

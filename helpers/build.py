@@ -31,28 +31,46 @@ def _fast_sigmoid(x: te.Tensor) -> te.Tensor:
                       name="fast_sigmoid")
 
 
+def _fast_gelu(x: te.Tensor) -> te.Tensor:
+    """GELU, ``x / 2 * (1 + erf(x / sqrt(2)))``, with TVM's polynomial ``fast_erf``."""
+    erf = topi.fast_erf(topi.multiply(x, tvm.tirx.const(0.7071067811865476, x.dtype)))
+    return te.compute(x.shape, lambda *i: x(*i) * tvm.tirx.const(0.5, x.dtype) * (tvm.tirx.const(1.0, x.dtype) + erf(*i)),
+                      name="fast_gelu")
+
+
+# float32 operators whose TVM lowering calls the C library once per element, and their replacements
+_FAST = {
+    "relax.sigmoid": lambda bb, call: bb.call_te(_fast_sigmoid, call.args[0], primfunc_name_hint="fast_sigmoid"),
+    "relax.nn.gelu": lambda bb, call: bb.call_te(_fast_gelu, call.args[0], primfunc_name_hint="fast_gelu"),
+    "relax.nn.softmax": lambda bb, call: bb.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis),
+                                                    primfunc_name_hint="fast_softmax"),
+}
+
+
 @relax.expr_functor.mutator
-class _FastSigmoid(relax.PyExprMutator):
+class _FastMath(relax.PyExprMutator):
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.sigmoid" and call.ty.dtype == "float32":
-            return self.builder_.call_te(_fast_sigmoid, call.args[0], primfunc_name_hint="fast_sigmoid")
+        if isinstance(call.op, tvm.ir.Op) and call.op.name in _FAST and call.ty.dtype == "float32":
+            return _FAST[call.op.name](self.builder_, call)
         return call
 
 
-@tvm.transform.module_pass(opt_level=0, name="FastSigmoid")
-def fast_sigmoid(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
-    """float32 ``sigmoid`` (SiLU's, squeeze-excite's) with a vectorizable exponential.
+@tvm.transform.module_pass(opt_level=0, name="FastMath")
+def fast_math(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
+    """float32 ``sigmoid`` (SiLU's, squeeze-excite's), ``gelu`` and ``softmax`` with vectorizable polynomials.
 
-    TVM lowers ``sigmoid`` to the C library's ``expf``, one call per element: LLVM has no vector
-    ``exp`` for x86 without a vector math library, so every SiLU kernel of EfficientNet-B0 was
-    scalar at its tail (2840 ``expf`` calls in its tuned library); results/README.md has what
-    this pass bought. ``fast_exp`` (``relax.transform.FastMathTransform``'s exponential) is a
-    polynomial accurate to float32 rounding over the range that matters.
+    TVM lowers ``sigmoid`` and ``softmax`` to the C library's ``expf``, and ``gelu`` to ``erff``, one
+    call per element: LLVM has no vector ``exp`` or ``erf`` for x86 without a vector math library. So
+    every SiLU kernel of EfficientNet-B0 was scalar at its tail (2840 ``expf`` calls in its tuned
+    library; results/README.md has what this pass bought), and in Day 14's GPT the GELU kernels were
+    the slowest of the tuned prefill (173 us of 741 on the Intel Xeon). ``fast_exp`` and ``fast_erf``
+    (``relax.transform.FastMathTransform``'s, which covers softmax but not GELU) are polynomials
+    accurate to float32 rounding over the range that matters.
     """
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):
-            mutator = _FastSigmoid(mod)
+            mutator = _FastMath(mod)
             new = mutator.visit_expr(func)
             mod = mutator.builder_.get()
             mod[gv] = new
@@ -73,7 +91,7 @@ def fusion_passes(target: tvm.target.Target | None = None) -> list[tvm.transform
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
         *relax.pipeline.library_dispatch_passes(target),
-        fast_sigmoid,
+        fast_math,
         relax.transform.LegalizeOps(),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),

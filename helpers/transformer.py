@@ -19,9 +19,8 @@ depend on the weights.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -32,13 +31,17 @@ from torch import nn
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
-from . import databases, tuning
-from .build import CompiledModel, device_for, load_executable
-from .errors import CourseError, InputShapeError
+from . import databases, peers, timing, tuning
+from .build import CompiledModel, device_for, load_executable, relative_error
+from .errors import CourseError, InputShapeError, ParityError
 from .machine import cpu_target
 from .models import ImportedModel, torch_logs_held
 
 TOKEN_DTYPE = "int64"
+DYNAMIC, TUNED_BUCKET, SYMBOLIC = "torch.compile (dynamic)", "TVM bucket, tuned", "TVM, symbolic length"
+DECODE_TVM = "TVM decode, symbolic past"
+BUCKET = 64  # the prefill bucket whose tuning database ships with the course
+BUCKET_PREFIX = "tinygpt_prefill"  # its database's model name, with the length appended
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,19 @@ class Prefill(nn.Module):
         super().__init__()
         self.model = model
         self.eval()  # a new module starts in training mode, and the ONNX exporter warns about it
+
+    def forward(self, ids):
+        return self.model.prefill(ids)
+
+
+class DynamicPrefill(Prefill):
+    """``Prefill`` for ``torch.compile(dynamic=True)``: a ``forward`` (a code object) of its own.
+
+    Dynamo keeps compiled code on ``forward``'s code object. Compiled after a static ``torch.compile``
+    of a ``Prefill``, a dynamic one of the same class recompiled at the next length (measured: a third
+    graph at length 70), so the timing at the first length was not a dynamic graph's. With its own
+    class one graph served lengths 64, 70 and 90.
+    """
 
     def forward(self, ids):
         return self.model.prefill(ids)
@@ -272,6 +288,46 @@ def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = 
     return Decoder(load_executable(tvm.compile(imported.mod, target=target), imported, target))
 
 
+# ------------------------------------------------------------------ timing
+
+
+def prefill_runners(model: TinyGPT, ids: torch.Tensor, tuned: CompiledModel, symbolic: CompiledModel,
+                    which: Sequence[str] | None = None) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """Prefill of ``ids`` by every engine, as runners for ``timing.measure_engines``, and the peers missing.
+
+    PyTorch's peers (``peers.peers``: eager and, per ``which``, torch.compile, with freezing, ONNX
+    Runtime), ``torch.compile(dynamic=True)``, the tuned bucket and the symbolic build; each is checked
+    against eager's logits first (``ParityError`` otherwise).
+    """
+    found = peers.peers(Prefill(model), ids, which=which)
+    runners = {**found.runners, DYNAMIC: timing.torch_runner(torch.compile(DynamicPrefill(model), dynamic=True), ids),
+               TUNED_BUCKET: timing.tvm_runner(tuned, ids), SYMBOLIC: timing.tvm_runner(symbolic, ids)}
+    expected = runners[peers.EAGER]()[0].numpy()
+    for label in (DYNAMIC, TUNED_BUCKET, SYMBOLIC):
+        error = relative_error(runners[label]()[0].numpy(), expected)
+        if not error <= peers.RTOL:
+            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {peers.RTOL:.0e}.")
+    return runners, found.missing
+
+
+def decode_runners(model: TinyGPT, decoder: Decoder, past: int) -> dict[str, Callable[[], object]]:
+    """One decoding step after ``past`` positions, eager and TVM, as runners (the cache is not grown)."""
+    keys, values = empty_cache(model, past)
+    token, position = torch.tensor([[7]]), torch.tensor([[past]])
+    on_device = [tvm.runtime.tensor(c.numpy(), decoder.compiled.device) for c in (keys, values)]
+
+    def eager():
+        with torch.inference_mode():
+            return model.decode(token, position, keys, values)
+
+    def compiled():
+        out = decoder.step(7, past, *on_device)
+        decoder.compiled.device.sync()
+        return out
+
+    return {peers.EAGER: eager, DECODE_TVM: compiled}
+
+
 # ------------------------------------------------------------------ generation
 
 # A prefill step: prompt ids (1, n) -> (logits (1, n, vocab) as NumPy, cache); a decode step:
@@ -328,7 +384,7 @@ def tokens_without_cache(model: TinyGPT, prompt, count: int) -> list[int]:
 
 def bucket_name(length: int) -> str:
     """The tuning database's model name for a prefill bucket of ``length`` tokens, e.g. ``tinygpt_prefill64``."""
-    return f"tinygpt_prefill{length}"
+    return f"{BUCKET_PREFIX}{length}"
 
 
 def tune_bucket(length: int, trials_per_task: int, target: tvm.target.Target | None = None) -> str:

@@ -765,7 +765,8 @@ def compile_tuned(
     The prepacking (``main_transform_params``) runs once here, as a deployed
     model would run it once at start-up; the model is then called like any other.
     The build is kept in the course's compile cache (``helpers.cache``), keyed by
-    the module, the target and the database's contents, so a second call with
+    the module, the target, the database's contents and the code that fuses and
+    applies it (this module and ``build``), so a second call with
     the same ones loads it instead of replaying every schedule again.
     ``transfer`` lets kernels with no record for ``target`` use records tuned
     for another CPU (see ``apply_database``): check parity, and say so.
@@ -777,6 +778,7 @@ def compile_tuned(
         "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
         cache.file_digest([work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE]),
         bool(_read_settings(work_dir).get("prepack", False)), transfer,
+        cache.file_digest([Path(__file__), Path(__file__).with_name("build.py")]),  # the fusion passes, the database's use
     )
     executable, _ = cache.load_or_build(
         "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack, transfer)

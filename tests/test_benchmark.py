@@ -6,7 +6,7 @@ import os
 import pytest
 import tvm
 
-from helpers import benchmark, databases, quantize, tuning
+from helpers import benchmark, databases, quantize, transformer, tuning
 
 
 def _target(mcpu="znver4", cores=2):
@@ -97,8 +97,12 @@ def _is_int8(directory) -> bool:
     return f"{quantize.MODEL}_int8" in directory.name
 
 
+def _is_bucket(directory) -> bool:
+    return directory.name.startswith(transformer.BUCKET_PREFIX)
+
+
 def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
-    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and not _is_int8(p)]
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and not _is_int8(p) and not _is_bucket(p)]
     assert shipped, "the course ships at least one tuning database"
     for directory in shipped:
         curve = benchmark.read_curve(directory)
@@ -132,6 +136,21 @@ def test_shipped_int8_databases_match_their_name_and_keep_the_best_record_per_ke
         assert not settings["quick"] and tuning.budget(directory) == settings["trials_per_task"], directory.name
 
 
+def test_shipped_transformer_buckets_match_their_name_and_keep_the_best_record_per_kernel():
+    """Day 14's bucket databases (python -m helpers.transformer tune) have no curve of their own."""
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and _is_bucket(p)]
+    assert shipped, "the course ships Day 14's bucket database"
+    for directory in shipped:
+        summary = tuning.database_summary(directory)
+        assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
+        target = tvm.target.Target(json.loads(summary["targets"][0]))
+        length = int(directory.name.split("-")[0].removeprefix(transformer.BUCKET_PREFIX))
+        assert directory == databases.database_dir(transformer.bucket_name(length), target), directory.name
+        assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
+        settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
+        assert settings["prepack"] is True and not settings["quick"], directory.name
+
+
 def test_shipped_results_name_their_machine():
     for path in benchmark.RESULTS_ROOT.glob("benchmark-*.json"):
         record = json.loads(path.read_text())
@@ -161,3 +180,17 @@ def test_the_table_and_tuning_can_target_an_imitated_cpu_class(monkeypatch):
     # Inductor's cache keeps the kernels of each vector ISA apart: it does not key them by ATEN_CPU_CAPABILITY
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith("torchinductor-avx2")
     assert benchmark.results_path(imitated, "md").name == f"benchmark-{avx2}-{machine.core_count()}cores.md"
+
+
+def test_format_transformer_has_prefill_and_decode_rows_against_eager_and_marks_noise():
+    record = lambda median, iqr: {"median_ms": median, "iqr_ms": iqr, "repeats": 10}  # noqa: E731
+    result = {"model": "TinyGPT", "length": 64, "database": "tuned for this CPU",
+              "prefill": {"PyTorch eager": record(1.0, 0.01), "TVM bucket, tuned": record(0.5, 0.01),
+                          "torch.compile": record(0.8, 0.5)},
+              "decode": {"PyTorch eager": record(0.3, 0.01), "TVM decode, symbolic past": record(0.6, 0.01)},
+              "missing": {"ONNX Runtime": "ONNX Runtime: not installed"}, "verdict": "TVM bucket, tuned is 1.60x faster"}
+    text = benchmark.format_transformer(result, "a test machine")
+    assert "| prefill | TVM bucket, tuned | 0.500 (0.010) | 2.00× |" in text
+    assert "| decode | TVM decode, symbolic past | 0.600 (0.010) | 0.50× |" in text
+    assert f"| prefill | torch.compile | {benchmark.UNRELIABLE_MARK}0.800 (0.500) |" in text
+    assert "ONNX Runtime not measured: ONNX Runtime: not installed" in text and "1.60x faster" in text

@@ -41,13 +41,14 @@ def test_cuda_module_builds_but_does_not_run_without_gpu(tiny_imported):
         build.compile_model(tiny_imported, machine.cuda_target("sm_80"), pipeline="zero")
 
 
-def _expf_calls(executable, tmp_path) -> int:
+def _expf_calls(executable, tmp_path, function: str = "expf") -> int:
+    """Calls of the C library's ``function`` in the executable's machine code."""
     import subprocess
 
     path = tmp_path / "lib.so"
     executable.export_library(str(path))
     disassembly = subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(path)], capture_output=True, text=True).stdout
-    return sum("<expf@plt>" in line for line in disassembly.splitlines() if "call" in line)
+    return sum(f"<{function}@plt>" in line for line in disassembly.splitlines() if "call" in line)
 
 
 def test_the_fused_pipeline_computes_sigmoid_without_the_c_librarys_expf(tmp_path):
@@ -67,3 +68,36 @@ def test_the_fused_pipeline_computes_sigmoid_without_the_c_librarys_expf(tmp_pat
     with torch.no_grad():
         want = model(x).numpy()
     assert build.relative_error(build.load_executable(fused, imported, target)(x), want) < 1e-6
+
+
+def test_the_fused_pipeline_computes_gelu_and_softmax_without_the_c_librarys_erff_and_expf(tmp_path):
+    """A transformer's GELU (erff per element) and softmax (expf) in the course's kernels: vectorizable, same numbers."""
+    import tvm
+
+    from helpers import models
+
+    class Mlp(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.out = torch.nn.Linear(16, 64), torch.nn.Linear(64, 16)
+
+        def forward(self, x):
+            return torch.softmax(self.out(torch.nn.functional.gelu(self.fc(x))), dim=-1)
+
+    model = Mlp().eval()
+    x = 4 * torch.randn(8, 16, generator=torch.Generator().manual_seed(0))
+    imported = models.import_to_relax(model, x)
+    target = machine.cpu_target()
+    default = tvm.compile(imported.mod, target=target)
+    fused = tvm.compile(build.fuse(imported.mod, target), target=target)
+    assert _expf_calls(default, tmp_path, "erff") > 0 and _expf_calls(default, tmp_path) > 0
+    assert _expf_calls(fused, tmp_path, "erff") == 0 and _expf_calls(fused, tmp_path) == 0
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert build.relative_error(build.load_executable(fused, imported, target)(x), want) < 1e-6
+    gelu = torch.linspace(-10, 10, 2001)
+    exact = torch.nn.functional.gelu(gelu).numpy()
+    mod, _ = models.to_relax(torch.export.export(torch.nn.GELU(), (gelu,)))
+    got = build.load_executable(tvm.compile(build.fuse(mod, target), target=target),
+                                models.ImportedModel(mod, [], tuple(gelu.shape), "float32"), target)(gelu)
+    assert np.abs(got - exact).max() < 1e-6, "fast_erf's GELU within float32 rounding over [-10, 10]"
