@@ -42,6 +42,8 @@ DYNAMIC, TUNED_BUCKET, SYMBOLIC = "torch.compile (dynamic)", "TVM bucket, tuned"
 DECODE_TVM = "TVM decode, symbolic past"
 BUCKET = 64  # the prefill bucket whose tuning database ships with the course
 BUCKET_PREFIX = "tinygpt_prefill"  # its database's model name, with the length appended
+DECODE_NAME = "tinygpt_decode"  # the decoding step's database (its static kernels)
+DECODE_TUNED = "TVM decode, static kernels tuned"
 
 
 @dataclass(frozen=True)
@@ -281,10 +283,14 @@ class Decoder:
         return logits, keys, values
 
 
-def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = None) -> Decoder:
-    """``tvm.compile`` of ``import_decode``'s module: one build for every past length."""
+def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = None,
+                    database: databases.Database | None = None) -> Decoder:
+    """``import_decode``'s module built once for every past length: plain ``tvm.compile``, or with a
+    ``database`` whose schedules cover the static kernels (``tune_decode``), the others left untuned."""
     target = target or cpu_target()
     device_for(target)
+    if database is not None:
+        return Decoder(database.compile(imported, target))
     return Decoder(load_executable(tvm.compile(imported.mod, target=target), imported, target))
 
 
@@ -310,22 +316,34 @@ def prefill_runners(model: TinyGPT, ids: torch.Tensor, tuned: CompiledModel, sym
     return runners, found.missing
 
 
-def decode_runners(model: TinyGPT, decoder: Decoder, past: int) -> dict[str, Callable[[], object]]:
-    """One decoding step after ``past`` positions, eager and TVM, as runners (the cache is not grown)."""
-    keys, values = empty_cache(model, past)
+def decode_runners(model: TinyGPT, decoders: dict[str, Decoder], past: int) -> dict[str, Callable[[], object]]:
+    """One decoding step after ``past`` positions, eager and by each of ``decoders`` (label -> decoder),
+    as runners, each checked against eager first; the cache is not grown, so every call does the same work."""
+    generator = torch.Generator().manual_seed(past)  # a cache of random numbers: zeros would hide a wrong attention
+    keys, values = (torch.randn(c.shape, generator=generator) for c in empty_cache(model, past))
     token, position = torch.tensor([[7]]), torch.tensor([[past]])
-    on_device = [tvm.runtime.tensor(c.numpy(), decoder.compiled.device) for c in (keys, values)]
 
     def eager():
         with torch.inference_mode():
             return model.decode(token, position, keys, values)
 
-    def compiled():
-        out = decoder.step(7, past, *on_device)
-        decoder.compiled.device.sync()
-        return out
+    def compiled(decoder: Decoder) -> Callable[[], object]:
+        on_device = [tvm.runtime.tensor(c.numpy(), decoder.compiled.device) for c in (keys, values)]
 
-    return {peers.EAGER: eager, DECODE_TVM: compiled}
+        def run():
+            out = decoder.step(7, past, *on_device)
+            decoder.compiled.device.sync()
+            return out
+
+        return run
+
+    runners = {peers.EAGER: eager, **{label: compiled(decoder) for label, decoder in decoders.items()}}
+    expected = eager()[0].numpy()
+    for label in decoders:
+        error = relative_error(runners[label]()[0].numpy(), expected)
+        if not error <= peers.RTOL:
+            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {peers.RTOL:.0e}.")
+    return runners
 
 
 # ------------------------------------------------------------------ generation
@@ -379,7 +397,7 @@ def tokens_without_cache(model: TinyGPT, prompt, count: int) -> list[int]:
     return found
 
 
-# ------------------------------------------------------------------ shipped bucket databases
+# ------------------------------------------------------------------ shipped databases
 
 
 def bucket_name(length: int) -> str:
@@ -391,19 +409,37 @@ def tune_bucket(length: int, trials_per_task: int, target: tvm.target.Target | N
     """Tune the default TinyGPT's prefill bound to ``length`` into the shipped databases (kept: best per kernel)."""
     target = target or cpu_target()
     bucket = bind_length(import_prefill(TinyGPT()), length)
-    work_dir = databases.database_dir(bucket_name(length), target)
-    tuning.tune(bucket.mod, target, work_dir, max_trials_per_task=trials_per_task, prepack=True)
+    return _tune_and_ship(bucket, bucket_name(length), trials_per_task, target, static_kernels_only=False)
+
+
+def tune_decode(trials_per_task: int, target: tvm.target.Target | None = None) -> str:
+    """Tune the static kernels of the default TinyGPT's decoding step (its matmuls on one token) into the
+    shipped databases; the kernels over the symbolic past keep TVM's default code."""
+    target = target or cpu_target()
+    return _tune_and_ship(import_decode(TinyGPT()), DECODE_NAME, trials_per_task, target, static_kernels_only=True)
+
+
+def _tune_and_ship(imported: ImportedModel, name: str, trials_per_task: int, target: tvm.target.Target,
+                   static_kernels_only: bool) -> str:
+    """Weights are prepacked for a static module only: with symbolic dimensions it computes wrong numbers."""
+    work_dir = databases.database_dir(name, target)
+    tuning.tune(imported.mod, target, work_dir, max_trials_per_task=trials_per_task, prepack=not static_kernels_only,
+                static_kernels_only=static_kernels_only)
     tuning.prune_database(work_dir, keep=1)
     return str(work_dir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Tune a TinyGPT prefill bucket into tuning/ (Day 14's shipped database).")
-    parser.add_argument("command", choices=["tune"])
-    parser.add_argument("--length", type=int, default=64)
+    parser = argparse.ArgumentParser(description="Tune Day 14's shipped databases into tuning/: a TinyGPT prefill "
+                                                 "bucket, or the static kernels of its decoding step.")
+    parser.add_argument("command", choices=["tune-prefill", "tune-decode"])
+    parser.add_argument("--length", type=int, default=BUCKET, help="the prefill bucket's length")
     parser.add_argument("--trials", type=int, default=32, help="trials per task")
     args = parser.parse_args(argv)
-    print("tuned into", tune_bucket(args.length, args.trials))
+    if args.command == "tune-prefill":
+        print("tuned into", tune_bucket(args.length, args.trials))
+    else:
+        print("tuned into", tune_decode(args.trials))
     return 0
 
 

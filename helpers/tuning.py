@@ -257,16 +257,49 @@ def _refuse_symbolic_shapes(mod: tvm.IRModule) -> None:
     A candidate schedule is built and timed on inputs of one shape, so MetaSchedule tunes static
     kernels only (on a symbolic one it fails with "The random variable has been produced once").
     """
-    for gvar, func in mod.functions.items():
-        if isinstance(func, relax.Function):
-            names = sorted(str(v) for v in relax.analysis.defined_symbolic_vars(func))
-            if names:
-                raise CourseError(
-                    f"{gvar.name_hint} has symbolic dimensions ({', '.join(names)}): MetaSchedule tunes kernels of "
-                    "one static shape, since every candidate is timed on real inputs. Bind each to a size first "
-                    "(a bucket: relax.transform.BindSymbolicVars({name: size}), or transformer.bind_length) "
-                    "and tune each bucket."
-                )
+    names = _symbolic_names(mod)
+    if names:
+        raise CourseError(
+            f"The module has symbolic dimensions ({', '.join(names)}): MetaSchedule tunes kernels of one static "
+            "shape, since every candidate is timed on real inputs. Bind each to a size first (a bucket: "
+            "relax.transform.BindSymbolicVars({name: size}), or transformer.bind_length) and tune each bucket; "
+            "or tune only the kernels whose shapes are static (static_kernels_only=True)."
+        )
+
+
+def _symbolic_names(mod: tvm.IRModule) -> list[str]:
+    return sorted({str(v) for func in mod.functions.values() if isinstance(func, relax.Function)
+                   for v in relax.analysis.defined_symbolic_vars(func)})
+
+
+def _refuse_prepacking_symbolic(mod: tvm.IRModule, prepack: bool) -> None:
+    """Weight prepacking of a module with symbolic dimensions builds, runs, and computes wrong numbers.
+
+    Measured on Day 14's decoding step (a symbolic past), its static kernels tuned with prepacking:
+    relative error 1.07 against PyTorch; the same tuned without prepacking matches it.
+    """
+    names = _symbolic_names(mod)
+    if prepack and names:
+        raise CourseError(
+            f"prepack=True on a module with symbolic dimensions ({', '.join(names)}): TVM's weight prepacking "
+            "builds it but computes wrong numbers. Tune and apply it with prepack=False."
+        )
+
+
+def is_static(kernel: tvm.IRModule) -> bool:
+    """Whether MetaSchedule can describe the kernel's arguments, i.e. every shape is known at compile time."""
+    try:
+        ms.arg_info.ArgInfo.from_prim_func(kernel["main"])
+    except TypeError:  # "Cannot convert from type Array[index 2: ir.Var] to Array<ir.IntImm>"
+        return False
+    return True
+
+
+def kernels_by_shape(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool = True) -> dict[str, list[str]]:
+    """The kernels tuning would see in ``mod``, split into ``static`` (tunable) and ``symbolic`` ones."""
+    tasks = _tasks(_prepare(mod, target, prepack), target)
+    return {"static": sorted(t.task_name for t in tasks if is_static(t.dispatched[0])),
+            "symbolic": sorted(t.task_name for t in tasks if not is_static(t.dispatched[0]))}
 
 
 def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
@@ -348,6 +381,7 @@ def tune(
     seed_from: str | Path | None = None,
     space_for: Callable[[object], object] | None = None,
     runner: object | None = None,
+    static_kernels_only: bool = False,
 ) -> Path:
     """Tune every kernel of a Relax module for ``target``; return the database's directory.
 
@@ -388,10 +422,17 @@ def tune(
 
     ``runner`` measures the candidates: by default a ``LocalRunner`` on this machine; an
     ``RPCRunner`` measures them on the servers of an RPC tracker (``helpers.rpc_tuning``).
+
+    A module with a symbolic dimension is refused (MetaSchedule tunes static shapes only), unless
+    ``static_kernels_only``: then the kernels whose shapes are all known are tuned and the others
+    keep TVM's default code (Day 14's decoding step: its matmuls on one token are static, its
+    attention over the past is not).
     """
     if max_trials_per_task < 1:
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
-    _refuse_symbolic_shapes(mod)
+    if not static_kernels_only:
+        _refuse_symbolic_shapes(mod)
+    _refuse_prepacking_symbolic(mod, prepack)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
     _check_prepack(work_dir, prepack)
@@ -399,10 +440,13 @@ def tune(
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
     tasks = _tasks(_prepare(mod, target, prepack), target)
+    if static_kernels_only:
+        tasks = [t for t in tasks if is_static(t.dispatched[0])]
     if not tasks:
         raise CourseError(
             "This module has no kernels to tune: after legalization and fusion it has no "
-            "unscheduled TIR functions. Pass the imported Relax module (before tvm.compile)."
+            "unscheduled TIR functions" + (" of static shape" if static_kernels_only else "") +
+            ". Pass the imported Relax module (before tvm.compile)."
         )
     budget_trials = max_trials_per_task * len(tasks)
     if max_trials_global is not None:
@@ -711,6 +755,7 @@ def apply_database(
     db = _database_for_target(_load_database(work_dir), target, work_dir, transfer)
     if prepack is None:
         prepack = bool(_read_settings(work_dir).get("prepack", False))
+    _refuse_prepacking_symbolic(mod, prepack)
     import_tensor_intrinsics(work_dir / RECORD_FILE)  # records may replay tensorized schedules
     prepared = _prepare(mod, target, prepack)
     tasks = _tasks(prepared, target)

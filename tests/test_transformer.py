@@ -128,7 +128,7 @@ def test_the_shipped_bucket_database_covers_every_kernel_of_the_bucket():
     bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), 64)
     tasks = tuning._tasks(tuning._prepare(bucket.mod, TARGET, prepack=True), TARGET)
     shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.bucket_name(64)}-b1-*cores"))
-    assert shipped, "no database for Day 14's bucket ships in tuning/: python -m helpers.transformer tune --length 64"
+    assert shipped, "no database for Day 14's bucket ships in tuning/: python -m helpers.transformer tune-prefill --length 64"
     # The embedding lookups (take) cannot be tuned: MetaSchedule times candidates on random inputs, and
     # random token ids outside the table crash its runner ("Fast mode segfaults when there are out-of-bounds
     # indices"). They keep their default schedule.
@@ -138,3 +138,39 @@ def test_the_shipped_bucket_database_covers_every_kernel_of_the_bucket():
         db = tuning._load_database(path)
         missing = {t.task_name for t in tasks if not db.has_workload(t.dispatched[0])} - lookups
         assert not missing, f"{path.name} has no record for {sorted(missing)[:4]} ({len(missing)} of {len(tasks)})"
+
+
+def test_the_shipped_decode_database_covers_every_static_kernel_of_the_step():
+    decode = transformer.import_decode(transformer.TinyGPT())
+    tasks = tuning._tasks(tuning._prepare(decode.mod, TARGET, prepack=False), TARGET)
+    static = {t.task_name for t in tasks if tuning.is_static(t.dispatched[0])}
+    assert 0 < len(static) < len(tasks), "the step has static kernels (one token's matmuls) and symbolic ones (the past)"
+    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.DECODE_NAME}-b1-*cores"))
+    assert shipped, "no database for Day 14's decoding step ships in tuning/: python -m helpers.transformer tune-decode"
+    for path in shipped:
+        db = tuning._load_database(path)
+        covered = {t.task_name for t in tasks if db.has_workload(t.dispatched[0])}
+        assert covered <= static, f"{path.name} has records for symbolic kernels: {sorted(covered - static)}"
+        missing = {name for name in static - covered if not name.startswith("take")}  # lookups: see the bucket's test
+        assert not missing, f"{path.name} has no record for {sorted(missing)[:4]}"
+
+
+def test_tuning_only_the_static_kernels_of_a_symbolic_step_keeps_its_tokens(small, symbolic, tmp_path):
+    _, prefill = symbolic
+    decode = transformer.import_decode(small)
+    with pytest.raises(CourseError, match="prepack=True on a module with symbolic dimensions"):
+        tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, prepack=True, static_kernels_only=True)
+    tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, static_kernels_only=True, progress=False)
+    tasks = tuning._tasks(tuning._prepare(decode.mod, TARGET, prepack=False), TARGET)
+    db = tuning._load_database(tmp_path / "db")
+    assert all(tuning.is_static(t.dispatched[0]) for t in tasks if db.has_workload(t.dispatched[0]))
+    compiled = tuning.compile_tuned(decode, TARGET, tmp_path / "db")
+    decoder = transformer.Decoder(compiled)
+    prompt = transformer.tokens(5, SMALL.vocab, seed=6)
+    prefill_step, decode_step = transformer.tvm_steps(prefill, decoder)
+    logits, cache = prefill_step(prompt)
+    found = [int(logits[0, -1].argmax())]
+    for position in range(5, 11):
+        logits, cache = decode_step(found[-1], position, cache)
+        found.append(int(logits[0, -1].argmax()))
+    assert found == transformer.tokens_without_cache(small, prompt, 7)
