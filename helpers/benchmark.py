@@ -403,18 +403,23 @@ def format_int8(result: dict, machine_summary: str) -> str:
     return "\n".join(lines)
 
 
-def run_int8(repeats: int = 30, save: bool = True) -> str:
-    """Day 12's int8 comparison, printed and kept in results/int8-<cpu>-<cores>cores.{json,md}."""
+def _print_and_keep(kind: str, title: str, result: dict, format_result, save: bool) -> str:
+    """Format ``result`` for this machine, print it, and (``save``) keep it in
+    results/<kind>-<cpu>-<cores>cores.{json,md}: the record with the machine, the Markdown under ``title``."""
     info = machine.describe()
-    result = int8_run(repeats)
-    text = format_int8(result, info.summary())
+    text = format_result(result, info.summary())
     print(text)
     if save:
         target = machine.cpu_target()
-        record = save_record(results_path(target, "json", kind="int8"), machine=info.as_dict(), target=str(target), **result)
-        results_path(target, "md", kind="int8").write_text(f"# int8 on MobileNetV2, measured {record['measured']}\n\n{text}\n")
-        print(f"saved {results_path(target, 'md', kind='int8')}")
+        record = save_record(results_path(target, "json", kind=kind), machine=info.as_dict(), target=str(target), **result)
+        results_path(target, "md", kind=kind).write_text(f"# {title}, measured {record['measured']}\n\n{text}\n")
+        print(f"saved {results_path(target, 'md', kind=kind)}")
     return text
+
+
+def run_int8(repeats: int = 30, save: bool = True) -> str:
+    """Day 12's int8 comparison, printed and kept in results/int8-<cpu>-<cores>cores.{json,md}."""
+    return _print_and_keep("int8", "int8 on MobileNetV2", int8_run(repeats), format_int8, save)
 
 
 def transformer_run(repeats: int = 100) -> dict:
@@ -468,16 +473,7 @@ def format_transformer(result: dict, machine_summary: str) -> str:
 
 def run_transformer(repeats: int = 100, save: bool = True) -> str:
     """Day 14's comparison, printed and kept in results/transformer-<cpu>-<cores>cores.{json,md}."""
-    info = machine.describe()
-    result = transformer_run(repeats)
-    text = format_transformer(result, info.summary())
-    print(text)
-    if save:
-        target = machine.cpu_target()
-        record = save_record(results_path(target, "json", kind="transformer"), machine=info.as_dict(), target=str(target), **result)
-        results_path(target, "md", kind="transformer").write_text(f"# A small GPT, measured {record['measured']}\n\n{text}\n")
-        print(f"saved {results_path(target, 'md', kind='transformer')}")
-    return text
+    return _print_and_keep("transformer", "A small GPT", transformer_run(repeats), format_transformer, save)
 
 
 def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_ROOT, kind: str = "benchmark") -> Path:

@@ -160,7 +160,8 @@ def test_tuning_only_the_static_kernels_of_a_symbolic_step_keeps_its_tokens(smal
     decode = transformer.import_decode(small)
     with pytest.raises(CourseError, match="prepack=True on a module with symbolic dimensions"):
         tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, prepack=True, static_kernels_only=True)
-    tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, static_kernels_only=True, progress=False)
+    tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, max_trials_global=6, static_kernels_only=True,
+                progress=False)  # a few kernels tuned: the rest keep default code, as the symbolic ones do
     tasks = tuning._tasks(tuning._prepare(decode.mod, TARGET, prepack=False), TARGET)
     db = tuning._load_database(tmp_path / "db")
     assert all(tuning.is_static(t.dispatched[0]) for t in tasks if db.has_workload(t.dispatched[0]))
