@@ -9,10 +9,11 @@ checked against eager on the same input before it is timed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .build import relative_error
@@ -117,21 +118,28 @@ def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = Tru
             result.runners[ORT], result.compile_s[ORT] = onnx_runtime_runner(model, x)
         except PeerUnavailable as err:
             result.missing[ORT] = str(err)
-    expected = _first_output(result.runners[EAGER]())
-    for label, run in result.runners.items():
-        out = _first_output(run()) if label != EAGER else expected
-        error = relative_error(out, expected)
-        if not error <= RTOL:  # also catches NaN
-            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {RTOL:.0e}.")
+    check_against_eager(result.runners)
     return result
 
 
+def check_against_eager(runners: Mapping[str, Callable[[], object]], labels: Iterable[str] | None = None) -> None:
+    """Raise ``ParityError`` for a runner (of ``labels``, default every one) whose output differs from the
+    ``EAGER`` runner's by more than ``RTOL``: what every runner passes before it is timed."""
+    expected = _first_output(runners[EAGER]())
+    for label in runners if labels is None else labels:
+        if label == EAGER:
+            continue
+        error = relative_error(_first_output(runners[label]()), expected)
+        if not error <= RTOL:  # also catches NaN
+            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {RTOL:.0e}.")
+
+
 def _first_output(out) -> object:
-    """A model's output as NumPy; of a model with several outputs (a transformer's logits and cache), the
-    first, which is the one ONNX Runtime's runner returns."""
-    if isinstance(out, (tuple, list)):
+    """A model's output as NumPy; of a model with several outputs (a transformer's logits and cache, as a
+    tuple or a TVM array), the first, which is the one ONNX Runtime's runner returns."""
+    if not hasattr(out, "numpy") and not isinstance(out, np.ndarray):
         out = out[0]
-    return out.numpy() if isinstance(out, torch.Tensor) else out
+    return out.numpy() if hasattr(out, "numpy") else out
 
 
 class Fastest(NamedTuple):

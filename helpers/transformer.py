@@ -32,8 +32,8 @@ from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
 from . import databases, peers, timing, tuning
-from .build import CompiledModel, device_for, load_executable, relative_error
-from .errors import CourseError, InputShapeError, ParityError
+from .build import CompiledModel, device_for, load_executable
+from .errors import CourseError, InputShapeError
 from .machine import cpu_target
 from .models import ImportedModel, torch_logs_held
 
@@ -308,11 +308,7 @@ def prefill_runners(model: TinyGPT, ids: torch.Tensor, tuned: CompiledModel, sym
     found = peers.peers(Prefill(model), ids, which=which)
     runners = {**found.runners, DYNAMIC: timing.torch_runner(torch.compile(DynamicPrefill(model), dynamic=True), ids),
                TUNED_BUCKET: timing.tvm_runner(tuned, ids), SYMBOLIC: timing.tvm_runner(symbolic, ids)}
-    expected = runners[peers.EAGER]()[0].numpy()
-    for label in (DYNAMIC, TUNED_BUCKET, SYMBOLIC):
-        error = relative_error(runners[label]()[0].numpy(), expected)
-        if not error <= peers.RTOL:
-            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {peers.RTOL:.0e}.")
+    peers.check_against_eager(runners, (DYNAMIC, TUNED_BUCKET, SYMBOLIC))
     return runners, found.missing
 
 
@@ -338,11 +334,7 @@ def decode_runners(model: TinyGPT, decoders: dict[str, Decoder], past: int) -> d
         return run
 
     runners = {peers.EAGER: eager, **{label: compiled(decoder) for label, decoder in decoders.items()}}
-    expected = eager()[0].numpy()
-    for label in decoders:
-        error = relative_error(runners[label]()[0].numpy(), expected)
-        if not error <= peers.RTOL:
-            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {peers.RTOL:.0e}.")
+    peers.check_against_eager(runners, decoders)
     return runners
 
 

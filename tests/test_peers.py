@@ -109,3 +109,12 @@ def test_verdict_names_the_fastest_peers_says_slower_and_warns_about_noise():
     assert "(unreliable: ONNX Runtime spread too wide)" in peers.verdict(noisy)
     with pytest.raises(ValueError, match="No timing labelled 'TVM tuned'"):
         peers.verdict(_timings(eager=1.0))
+
+
+def test_check_against_eager_compares_first_outputs_of_the_labels_asked():
+    logits = torch.arange(6.0).reshape(2, 3)
+    runners = {peers.EAGER: lambda: (logits, torch.zeros(1)), "same first output": lambda: (logits.clone(), torch.ones(1)),
+               "wrong": lambda: (logits + 1, torch.zeros(1))}
+    peers.check_against_eager(runners, ["same first output"])
+    with pytest.raises(ParityError, match="wrong differs from PyTorch eager"):
+        peers.check_against_eager(runners)
