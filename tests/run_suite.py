@@ -7,8 +7,11 @@ The tests marked ``timed`` (tests/conftest.py) grade or assert measured speed: t
 alone, with every core, as a learner's notebook would. The site's build (``after_notebooks``) runs
 second too: it publishes the solutions that phase one's autograde executed.
 
-The suite's budget is ``BUDGET_S`` (20 minutes on the slowest CPU kind the project runs on): past
-it, the run still passes but warns and names its slowest tests, so that a slow suite is seen long
+The suite's budget is ``BUDGET_S``: 20 minutes on the slowest CPU kind the project runs on (a
+Zen 3). On a faster CPU the same suite must finish sooner, so the budget here is scaled by how fast
+this CPU kind ran the suite against a Zen 3 (``RELATIVE_TIME``, measured; a CPU not in it gets the
+full 20 minutes and is said to be unmeasured). Past its budget the run still passes but warns,
+names its slowest tests and says what the time means on a Zen 3, so that a slow suite is seen long
 before it reaches CI's wall (90 minutes, past which nothing lands). At ``HARD_LIMIT_S`` the run is
 stopped and fails.
 
@@ -29,6 +32,10 @@ from pathlib import Path
 
 NO_TESTS_COLLECTED = 5  # pytest's exit status
 BUDGET_S = 20 * 60
+# The suite's time on each CPU kind (LLVM's name) as a share of its time on a Zen 3, 2 cores each:
+# Zen 4 21 and Zen 5 16 minutes against 50 (issue 28, one commit, stop 28); the Intel Xeon of the 5th
+# generation ran it 1.3-1.4x slower than that Zen 5 (stop 33), so about 0.43.
+RELATIVE_TIME = {"znver3": 1.0, "znver4": 0.42, "znver5": 0.32, "emeraldrapids": 0.43}
 HARD_LIMIT_S = 60 * 60
 STOPPED = 124  # the exit status of a suite stopped at HARD_LIMIT_S (as timeout(1) uses)
 
@@ -49,6 +56,21 @@ def slowest(reports: list[Path], count: int = 10) -> list[tuple[float, str]]:
             for case in ET.parse(report).iter("testcase"):
                 found.append((float(case.get("time", 0)), f"{case.get('classname')}::{case.get('name')}"))
     return sorted(found, reverse=True)[:count]
+
+
+def budget_for(cpu: str) -> tuple[float, str]:
+    """The suite's budget in seconds on ``cpu`` (an LLVM CPU name), and a line that says where it comes from."""
+    share = RELATIVE_TIME.get(cpu)
+    if share is None:
+        return BUDGET_S, f"{cpu}: its speed against a Zen 3 is unmeasured, so the full {BUDGET_S // 60} minutes"
+    return BUDGET_S * share, f"{BUDGET_S // 60} minutes on a Zen 3 are about {BUDGET_S * share / 60:.1f} on {cpu}"
+
+
+def this_cpu() -> str:
+    """LLVM's name for this CPU, as the course's targets use it."""
+    from helpers import machine  # imports TVM: only once the suite has run
+
+    return machine.cpu_name()
 
 
 def run_phase(command: list[str], env: dict[str, str], seconds_left: float) -> int:
@@ -75,15 +97,19 @@ def main(args: list[str]) -> int:
             if codes[-1] == STOPPED:
                 break
         took = time.monotonic() - start
-        print(f"\n=== the suite took {took / 60:.1f} minutes (budget {BUDGET_S // 60} on the slowest CPU kind)", flush=True)
-        if took > BUDGET_S or codes[-1] == STOPPED:
+        cpu = this_cpu()
+        budget, why = budget_for(cpu)
+        zen3 = f"; about {took / RELATIVE_TIME[cpu] / 60:.0f} on a Zen 3" if cpu in RELATIVE_TIME else ""
+        print(f"\n=== the suite took {took / 60:.1f} minutes on {cpu}{zen3} (budget: {why})", flush=True)
+        over = took > budget
+        if over or codes[-1] == STOPPED:
             print("The slowest tests:\n" + "\n".join(f"  {s:7.1f} s  {name}" for s, name in slowest(reports)), flush=True)
     if codes[-1] == STOPPED:
         print(f"FAILED: the suite was stopped after {HARD_LIMIT_S // 60} minutes, well before CI's 90-minute wall; "
               "make the slowest tests above cheaper.", flush=True)
         return STOPPED
-    if took > BUDGET_S:
-        print(f"WARNING: over the suite's {BUDGET_S // 60}-minute budget: make the slowest tests above cheaper.", flush=True)
+    if over:
+        print(f"WARNING: over the suite's budget ({why}): make the slowest tests above cheaper.", flush=True)
     ran = [code for code in codes if code != NO_TESTS_COLLECTED]
     if not ran:
         return NO_TESTS_COLLECTED

@@ -20,6 +20,13 @@ def test_a_phase_past_its_time_is_stopped_with_its_children():
     assert time.monotonic() - start < 10
 
 
+def test_the_budget_shrinks_on_a_faster_cpu_and_is_whole_on_an_unmeasured_one():
+    assert run_suite.budget_for("znver3")[0] == run_suite.BUDGET_S
+    assert run_suite.budget_for("znver5")[0] < run_suite.budget_for("znver4")[0] < run_suite.BUDGET_S
+    budget, why = run_suite.budget_for("some-future-cpu")
+    assert budget == run_suite.BUDGET_S and "unmeasured" in why
+
+
 def test_a_phase_in_time_returns_its_exit_status():
     assert run_suite.run_phase([sys.executable, "-c", "raise SystemExit(3)"], {}, seconds_left=30) == 3
 
