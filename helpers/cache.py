@@ -9,6 +9,12 @@ in milliseconds the next time. Anything that changes the build changes the key.
 
 The cache lives in ``build/compiled/`` (not in git); delete the folder, or set
 ``TVM_COURSE_NO_CACHE=1``, to build from scratch.
+
+In quick (CI) mode, the suite executes every notebook twice (solution and blank release) and
+its tests import the same models again and again; there the imports of models made of torch's
+and torchvision's layers (``models.import_to_relax``) and their ONNX exports (``peers``) are cached
+too (``for_tests()``). Not for a learner: the notebooks time those steps to teach what they cost.
+(Untuned builds are not cached: a library loaded back cannot be exported again, which Day 6 does.)
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -31,6 +38,13 @@ NO_CACHE_ENV = "TVM_COURSE_NO_CACHE"
 def enabled() -> bool:
     """False when ``TVM_COURSE_NO_CACHE`` is set to a true value."""
     return os.environ.get(NO_CACHE_ENV, "").strip().lower() not in {"1", "true", "yes", "on"}
+
+
+def for_tests() -> bool:
+    """Whether the caches kept for the suite alone (untuned builds, imports) are on: in quick mode, unless disabled."""
+    from .config import quick
+
+    return quick() and enabled()
 
 
 def file_digest(paths: Iterable[str | Path]) -> str:
@@ -105,6 +119,27 @@ def load_or_compute_json(name: str, cache_key: str, compute: Callable[[], dict],
             json.dump(result, handle)
         os.replace(partial, path)
     return result
+
+
+def load_or_compute_files(name: str, cache_key: str, compute: Callable[[Path], None],
+                          root: Path | None = None) -> Path:
+    """A folder of files fully determined by ``cache_key``: ``compute(folder)`` writes them once (into a
+    scratch folder renamed into place, so a run stopped half-way leaves nothing), later calls return it."""
+    root = Path(root or CACHE_ROOT)
+    path = root / f"{name}-{cache_key}"
+    if path.is_dir():
+        return path
+    root.mkdir(parents=True, exist_ok=True)
+    with _one_builder(root / f".{name}-{cache_key}.lock"):
+        if not path.is_dir():
+            scratch = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
+            try:
+                compute(scratch)
+                os.replace(scratch, path)
+            finally:
+                if scratch.exists():
+                    shutil.rmtree(scratch)
+    return path
 
 
 @contextlib.contextmanager

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import logging
 from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
 
 import torch
 import torchvision
@@ -20,6 +24,7 @@ import tvm
 from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
+from . import cache
 from .errors import ExportError, InputShapeError, UnknownModelError
 
 # The course's models. Any torchvision classification model also works.
@@ -214,11 +219,53 @@ def export(model: torch.nn.Module, example: torch.Tensor, dynamic_shapes=None) -
 
 
 def import_to_relax(model: torch.nn.Module, example: torch.Tensor) -> ImportedModel:
-    """torch.export -> Relax, with the weights detached as separate parameters."""
+    """torch.export -> Relax, with the weights detached as separate parameters.
+
+    In the suite (``cache.for_tests()``) a model made only of torch's and torchvision's layers is
+    imported once per weights and input shape, and read back afterwards (``fingerprint``).
+    """
     if not isinstance(example, torch.Tensor):
         raise InputShapeError(f"The example input must be a torch.Tensor, got {type(example).__name__}.")
+    shape, dtype = tuple(example.shape), dtype_name(example)
+    found = fingerprint(model) if cache.for_tests() else None
+    if found is None:
+        mod, params = to_relax(export(model, example))
+        return ImportedModel(mod=mod, params=params, input_shape=shape, input_dtype=dtype)
+    code = cache.file_digest([Path(__file__)])
+    key = cache.key("import", found, shape, dtype, torch.__version__, code)
+    folder = cache.load_or_compute_files("import", key, lambda out: _save_import(model, example, out))
+    mod = tvm.ir.load_json((folder / "module.json").read_text())
+    with np.load(folder / "params.npz") as saved:
+        params = [tvm.runtime.tensor(saved[f"p{i}"]) for i in range(len(saved.files))]
+    return ImportedModel(mod=mod, params=params, input_shape=shape, input_dtype=dtype)
+
+
+def _save_import(model: torch.nn.Module, example: torch.Tensor, folder: Path) -> None:
     mod, params = to_relax(export(model, example))
-    return ImportedModel(mod=mod, params=params, input_shape=tuple(example.shape), input_dtype=dtype_name(example))
+    (folder / "module.json").write_text(tvm.ir.save_json(mod))
+    np.savez(folder / "params.npz", **{f"p{i}": p.numpy() for i, p in enumerate(params)})
+
+
+def fingerprint(model: torch.nn.Module) -> str | None:
+    """A digest of everything torch.export reads from ``model``, or None where that cannot be known.
+
+    Known: a model whose every layer is a class of torch or torchvision (their code is fixed by the
+    installed versions) and whose instances keep their class's ``forward``; the digest covers the layer
+    tree with its settings (``repr``), train/eval mode and every weight and buffer. A layer of any other
+    class (a learner's own, whose code may change between runs) makes it unknown.
+    """
+    digest = hashlib.sha256(repr(model).encode())
+    for module in model.modules():
+        if not type(module).__module__.startswith(("torch.nn.", "torchvision.")) or "forward" in vars(module):
+            return None
+        digest.update(b"T" if module.training else b"E")
+    for name, tensor in model.state_dict().items():
+        if not isinstance(tensor, torch.Tensor) or tensor.is_quantized:
+            return None
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        digest.update(value.numpy().tobytes() if value.dtype != torch.bfloat16 else value.float().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def to_relax(program: torch.export.ExportedProgram) -> tuple[tvm.IRModule, list]:

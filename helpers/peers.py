@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from . import cache
 from .build import relative_error
+from .models import fingerprint
 from .errors import ParityError
 from .config import pick
 from .timing import Timing, torch_runner, unreliable
@@ -67,12 +70,12 @@ def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callab
 
     start = time.perf_counter()
     try:
-        program = torch.onnx.export(model, (x,), dynamo=True, verbose=False)
+        proto = _onnx_bytes(model, x)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = torch.get_num_threads()  # the threads PyTorch and TVM get
         options.inter_op_num_threads = 1
-        session = ort.InferenceSession(program.model_proto.SerializeToString(), options,
+        session = ort.InferenceSession(proto, options,
                                        providers=["CPUExecutionProvider"])
     except Exception as err:  # any exporter or loader failure: the peer is absent, with the reason
         reason = (str(err).strip().splitlines() or [""])[0]
@@ -84,6 +87,20 @@ def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callab
         return session.run(None, feed)[0]
 
     return run, seconds
+
+
+def _onnx_bytes(model: torch.nn.Module, x: torch.Tensor) -> bytes:
+    """The model exported to ONNX (Day 1's road); in the suite (``cache.for_tests``), once per weights and shape."""
+
+    def export() -> bytes:
+        return torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto.SerializeToString()
+
+    found = fingerprint(model) if cache.for_tests() else None
+    if found is None:
+        return export()
+    key = cache.key("onnx", found, tuple(x.shape), x.dtype, torch.__version__, cache.file_digest([Path(__file__)]))
+    folder = cache.load_or_compute_files("onnx", key, lambda out: (out / "model.onnx").write_bytes(export()))
+    return (folder / "model.onnx").read_bytes()
 
 
 def default_peers() -> tuple[str, ...]:

@@ -199,6 +199,19 @@ def _prepare(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool) -> tvm
     ``prepack``, each kernel's weight buffers are marked layout-free, so a
     schedule may store them in whatever layout suits it.
     """
+    if not cache.enabled():
+        return _prepare_now(mod, target, prepack)
+    # Folding the constants (BatchNorm's statistics) builds and runs a small kernel per constant:
+    # about 9 s for any of the course's CNNs, paid by each tuning, task table and tuned build. Kept.
+    code = cache.file_digest([Path(__file__), Path(__file__).with_name("build.py")])
+    key = cache.key("prepared", tvm_ffi.structural_hash(mod), str(target), prepack, code)  # constants' values included
+    folder = cache.load_or_compute_files(
+        "prepared", key, lambda out: (out / "module.json").write_text(tvm.ir.save_json(_prepare_now(mod, target, prepack)))
+    )
+    return tvm.ir.load_json((folder / "module.json").read_text())
+
+
+def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool) -> tvm.IRModule:
     fused = fuse(mod, target)
     return relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
 

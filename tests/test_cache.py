@@ -6,10 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 import tvm
+import tvm_ffi
 from tvm import relax
 
-from helpers import build, cache
+from helpers import build, cache, config, models
 
 
 def _build_counter(imported, calls):
@@ -79,3 +81,60 @@ def test_the_switch_turns_the_cache_off(tiny_imported, tmp_path, monkeypatch):
         _, hit = cache.load_or_build("tiny", "k", _build_counter(tiny_imported, calls), root=tmp_path)
         assert not hit
     assert len(calls) == 2 and not list(tmp_path.iterdir())
+
+
+@pytest.fixture
+def suite_cache(tmp_path, monkeypatch):
+    """The caches kept for the suite (cache.for_tests), on, in a folder of this test's own."""
+    monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path)
+    monkeypatch.setenv(config.QUICK_ENV, "1")
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    return tmp_path
+
+
+def _counting(monkeypatch, owner, name):
+    calls, real = [], getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_in_the_suite_a_torch_model_is_imported_once_per_weights_and_shape(suite_cache, monkeypatch, tiny_model, tiny_input):
+    exports = _counting(monkeypatch, models, "export")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU()).eval()
+    first, second = (models.import_to_relax(model, tiny_input) for _ in range(2))
+    assert len(exports) == 1
+    assert tvm_ffi.structural_equal(first.mod, second.mod) and (second.input_shape, second.input_dtype) == ((2, 3, 32, 32), "float32")
+    assert len(first.params) == len(second.params) > 0
+    for a, b in zip(first.params, second.params):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    with torch.no_grad():
+        model[0].weight.add_(1.0)  # other weights
+    models.import_to_relax(model, tiny_input)
+    models.import_to_relax(model, tiny_input[:1])  # another shape
+    assert len(exports) == 3
+    assert models.fingerprint(model) != models.fingerprint(model.train()), "train mode exports another graph"
+    # a layer of a class of the learner's own (conftest's TinyNet) is imported every time, as outside the suite
+    models.import_to_relax(tiny_model, tiny_input)
+    models.import_to_relax(tiny_model, tiny_input)
+    assert len(exports) == 5
+    monkeypatch.delenv(config.QUICK_ENV)
+    models.import_to_relax(model.eval(), tiny_input[:1])
+    assert len(exports) == 6, "a learner's import (not quick mode) is never served from the cache"
+
+
+
+def test_kernels_prepared_for_tuning_are_kept_per_module_and_read_back_alike(tmp_path, monkeypatch, tiny_imported):
+    from helpers import tuning
+
+    monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path)
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    fuses = _counting(monkeypatch, tuning, "fuse")
+    target = tvm.target.Target({"kind": "llvm"})
+    first, second = (tuning._prepare(tiny_imported.mod, target, prepack=True) for _ in range(2))
+    assert len(fuses) == 1 and tvm_ffi.structural_equal(first, second)
+    assert [t.task_name for t in tuning._tasks(first, target)] == [t.task_name for t in tuning._tasks(second, target)]
+    tuning._prepare(tiny_imported.mod, target, prepack=False)  # prepared another way
+    assert len(fuses) == 2
+    monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
+    tuning._prepare(tiny_imported.mod, target, prepack=True)
+    assert len(fuses) == 3
