@@ -43,20 +43,35 @@ class Peers:
     missing: dict[str, str] = field(default_factory=dict)
 
 
-def compiled_runner(model: torch.nn.Module, x: torch.Tensor, freezing: bool = False) -> tuple[Callable[[], object], float]:
-    """torch.compile (Inductor) of ``model``, compiled by a first call here: (runner, compile seconds).
+class FrozenCompiled(torch.nn.Module):
+    """``torch.compile`` of a module with Inductor's freezing (weights folded in as constants, conv + BN
+    fused, weights prepacked for oneDNN), always called with freezing on and in inference mode.
 
-    Freezing (weights folded in as constants, conv + BN fused) must be on in Inductor's global config
-    while the first call compiles: ``options={"freezing": True}`` alone reaches the freezing pass but
-    not the pre-grad conv + BN fusion (measured: a frozen BN then still read its live buffers). The
-    option is passed too, because it makes the two compiles' backends differ: Dynamo caches compiled
-    code on ``forward``'s code object and serves it to any torch.compile with an equal backend, so
-    without it the second compile of one model silently ran the first one's code.
+    Freezing must be on in Inductor's global config while a call compiles: ``options={"freezing": True}``
+    alone reaches the freezing pass but not the pre-grad conv + BN fusion (measured: a frozen BN then
+    still read its live buffers), and Dynamo compiles again when the mode changes, without freezing.
+    The option is passed too, because it makes this compile's backend differ from a plain one's: Dynamo
+    caches compiled code on ``forward``'s code object and serves it to any torch.compile with an equal
+    backend, so without it a second compile of one model silently ran the first one's code.
     """
-    compiled = torch.compile(model, options={"freezing": True} if freezing else None)
-    run = torch_runner(compiled, x)
+
+    def __init__(self, module: torch.nn.Module):
+        import torch._inductor.config  # noqa: F401  (for the patch in forward)
+
+        super().__init__()
+        self.compiled = torch.compile(module, options={"freezing": True})
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
+            return self.compiled(x)
+
+
+def compiled_runner(model: torch.nn.Module, x: torch.Tensor, freezing: bool = False) -> tuple[Callable[[], object], float]:
+    """torch.compile (Inductor) of ``model``, plain or ``FrozenCompiled``, compiled by a first call here:
+    (runner, compile seconds)."""
+    run = torch_runner(FrozenCompiled(model) if freezing else torch.compile(model), x)
     start = time.perf_counter()
-    with torch._inductor.config.patch(freezing=freezing):
+    with torch._inductor.config.patch(freezing=freezing):  # a plain compile stays plain whatever the global config
         run()
     return run, time.perf_counter() - start
 
@@ -70,7 +85,7 @@ def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callab
 
     start = time.perf_counter()
     try:
-        proto = _onnx_bytes(model, x)
+        proto = onnx_export(model, x)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = torch.get_num_threads()  # the threads PyTorch and TVM get
@@ -89,8 +104,9 @@ def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callab
     return run, seconds
 
 
-def _onnx_bytes(model: torch.nn.Module, x: torch.Tensor) -> bytes:
-    """The model exported to ONNX (Day 1's road); in the suite (``cache.for_tests``), once per weights and shape."""
+def onnx_export(model: torch.nn.Module, x: torch.Tensor) -> bytes:
+    """``model`` exported to ONNX (Day 1's road), serialized for ONNX Runtime; in the suite
+    (``cache.for_tests``) once per weights and input shape, then read back."""
 
     def export() -> bytes:
         return torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto.SerializeToString()

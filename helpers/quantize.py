@@ -31,7 +31,7 @@ import torch
 import tvm
 from tvm import relax
 
-from . import int8, models
+from . import int8, models, peers
 from .build import relative_error
 from .errors import CourseError
 from .models import ImportedModel
@@ -307,7 +307,7 @@ def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: 
             for batch in inputs:
                 for image in batch.split(example.shape[0]):
                     prepared(image)
-        frozen = _FrozenCompiled(convert_pt2e(prepared))
+        frozen = peers.FrozenCompiled(convert_pt2e(prepared))
         with _quiet("torch.utils.cpp_extension"):  # Inductor's "No CUDA runtime is found" on a machine without a GPU
             frozen(example)  # compiles here, not in the first timed call
     return frozen
@@ -323,21 +323,6 @@ def _quiet(logger: str) -> Iterator[None]:
         yield
     finally:
         log.setLevel(level)
-
-
-class _FrozenCompiled(torch.nn.Module):
-    """``torch.compile`` of a module, always called with Inductor's freezing on and in inference mode:
-    Dynamo recompiles when either changes, and a recompile without freezing is another, slower model."""
-
-    def __init__(self, module: torch.nn.Module):
-        import torch._inductor.config  # noqa: F401  (for the patch in forward)
-
-        super().__init__()
-        self.compiled = torch.compile(module, options={"freezing": True})
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
-            return self.compiled(x)
 
 
 def database_model(target: tvm.target.Target) -> str:

@@ -118,3 +118,20 @@ def test_check_against_eager_compares_first_outputs_of_the_labels_asked():
     peers.check_against_eager(runners, ["same first output"])
     with pytest.raises(ParityError, match="wrong differs from PyTorch eager"):
         peers.check_against_eager(runners)
+
+
+def test_in_the_suite_a_models_onnx_export_is_kept_per_weights(conv_bn_relu, tmp_path, monkeypatch):
+    from helpers import cache, config
+
+    model, x = conv_bn_relu
+    monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path)
+    monkeypatch.setenv(config.QUICK_ENV, "1")
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
+    exports, real = [], torch.onnx.export
+    monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
+    outputs = [peers.onnx_runtime_runner(model, x)[0]() for _ in range(2)]
+    assert len(exports) == 1
+    assert build.relative_error(outputs[1], outputs[0]) == 0.0
+    assert build.relative_error(outputs[0], model(x).detach().numpy()) < peers.RTOL
+    peers.onnx_runtime_runner(model, x[:, :, :8, :8])  # another shape: exported again
+    assert len(exports) == 2
