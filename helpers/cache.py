@@ -41,7 +41,7 @@ def enabled() -> bool:
 
 
 def for_tests() -> bool:
-    """Whether the caches kept for the suite alone (untuned builds, imports) are on: in quick mode, unless disabled."""
+    """Whether the caches kept for the suite alone (imports, ONNX exports) are on: in quick mode, unless disabled."""
     from .config import quick
 
     return quick() and enabled()

@@ -19,9 +19,9 @@ import torch
 
 from . import cache
 from .build import relative_error
-from .models import fingerprint
-from .errors import ParityError
 from .config import pick
+from .errors import ParityError
+from .models import fingerprint
 from .timing import Timing, torch_runner, unreliable
 
 EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
