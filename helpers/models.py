@@ -13,6 +13,7 @@ import functools
 import hashlib
 import io
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,13 +227,11 @@ def import_to_relax(model: torch.nn.Module, example: torch.Tensor) -> ImportedMo
     if not isinstance(example, torch.Tensor):
         raise InputShapeError(f"The example input must be a torch.Tensor, got {type(example).__name__}.")
     shape, dtype = tuple(example.shape), dtype_name(example)
-    found = fingerprint(model) if cache.for_tests() else None
-    if found is None:
+    code = cache.file_digest([Path(__file__)])
+    folder = kept_for_tests("import", model, (shape, dtype, code), lambda out: _save_import(model, example, out))
+    if folder is None:
         mod, params = to_relax(export(model, example))
         return ImportedModel(mod=mod, params=params, input_shape=shape, input_dtype=dtype)
-    code = cache.file_digest([Path(__file__)])
-    key = cache.key("import", found, shape, dtype, torch.__version__, code)
-    folder = cache.load_or_compute_files("import", key, lambda out: _save_import(model, example, out))
     mod = tvm.ir.load_json((folder / "module.json").read_text())
     with np.load(folder / "params.npz") as saved:
         params = [tvm.runtime.tensor(saved[f"p{i}"]) for i in range(len(saved.files))]
@@ -243,6 +242,16 @@ def _save_import(model: torch.nn.Module, example: torch.Tensor, folder: Path) ->
     mod, params = to_relax(export(model, example))
     (folder / "module.json").write_text(tvm.ir.save_json(mod))
     np.savez(folder / "params.npz", **{f"p{i}": p.numpy() for i, p in enumerate(params)})
+
+
+def kept_for_tests(name: str, model: torch.nn.Module, parts: tuple, write: Callable[[Path], None]) -> Path | None:
+    """The folder where ``write`` left what it made of ``model`` (and of ``parts``: the input's shape, the
+    code that makes it), kept in the suite's cache (``cache.for_tests``) once per ``fingerprint`` and parts.
+    None outside the suite, or for a model whose fingerprint is unknown: then the caller does the work."""
+    found = fingerprint(model) if cache.for_tests() else None
+    if found is None:
+        return None
+    return cache.load_or_compute_files(name, cache.key(name, found, *parts, torch.__version__), write)
 
 
 def fingerprint(model: torch.nn.Module) -> str | None:

@@ -21,7 +21,7 @@ from . import cache
 from .build import relative_error
 from .config import pick
 from .errors import ParityError
-from .models import fingerprint
+from .models import kept_for_tests
 from .timing import Timing, torch_runner, unreliable
 
 EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
@@ -111,12 +111,9 @@ def onnx_export(model: torch.nn.Module, x: torch.Tensor) -> bytes:
     def export() -> bytes:
         return torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto.SerializeToString()
 
-    found = fingerprint(model) if cache.for_tests() else None
-    if found is None:
-        return export()
-    key = cache.key("onnx", found, tuple(x.shape), x.dtype, torch.__version__, cache.file_digest([Path(__file__)]))
-    folder = cache.load_or_compute_files("onnx", key, lambda out: (out / "model.onnx").write_bytes(export()))
-    return (folder / "model.onnx").read_bytes()
+    code = cache.file_digest([Path(__file__)])
+    folder = kept_for_tests("onnx", model, (tuple(x.shape), x.dtype, code), lambda out: (out / "model.onnx").write_bytes(export()))
+    return export() if folder is None else (folder / "model.onnx").read_bytes()
 
 
 def default_peers() -> tuple[str, ...]:
