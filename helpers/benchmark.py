@@ -48,8 +48,11 @@ UNTUNED, TUNED = "TVM untuned", "TVM tuned"
 # 10 ms for MobileNetV2 on 2 cores), so that process runs TVM's pool without spinning. The pool reads
 # TVM_THREAD_POOL_SPIN_COUNT once, when it starts, and a pool that sleeps after every kernel slows
 # models of many small kernels (EfficientNet-B0): the other columns keep TVM's default.
+# The dispatched build is the prepacked, fused form (dispatch.offload_convs(prepack=True)): the form
+# PyTorch's freezing runs, which is timed beside it (FROZEN_BESIDE_DISPATCHED) as the fair peer.
 DISPATCHED = "TVM tuned + oneDNN convs"
 EAGER_BESIDE_DISPATCHED = "PyTorch eager (dispatch run)"
+FROZEN_BESIDE_DISPATCHED = "torch.compile (freezing) (dispatch run)"
 SPIN_ENV = "TVM_THREAD_POOL_SPIN_COUNT"
 
 
@@ -244,20 +247,25 @@ def _records(timings: Sequence[timing.Timing]) -> dict[str, dict]:
 
 
 def dispatch_run(model_name: str, batch: int = 1, repeats: int = 20, mcpu: str | None = None) -> dict[str, dict]:
-    """Eager against tuned TVM with its dense convolutions on oneDNN, interleaved in this process.
+    """Eager and PyTorch with freezing against tuned TVM with its dense convolutions on oneDNN
+    (weights prepacked, epilogues fused: the form freezing runs), interleaved in this process.
 
     Run it in a process whose TVM pool does not spin (``SPIN_ENV`` set to 0 before TVM first runs
-    parallel code): ``benchmark_model`` starts one for it.
+    parallel code): ``benchmark_model`` starts one for it. Freezing is left out on an imitated CPU
+    class, as in the main table's peers (its Inductor cache would be the host's).
     """
     target = _target_for(mcpu)
     model = models.load_model(model_name)
     x = models.example_input(batch)
     imported = models.import_to_relax(model, x)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
-    dispatched = dispatch.compile_dispatched(imported, target, database=database)
+    dispatched = dispatch.compile_dispatched(imported, target, database=database, prepack=True)
     check_parity(dispatched, model, x)
-    timings = timing.measure_engines({EAGER_BESIDE_DISPATCHED: timing.torch_runner(model, x),
-                                      DISPATCHED: timing.tvm_runner(dispatched, x)}, batch=batch, warmup=3, repeats=repeats)
+    found = peers.peers(model, x, which=[] if _imitated(target) else [FROZEN])
+    renamed = {EAGER: EAGER_BESIDE_DISPATCHED, FROZEN: FROZEN_BESIDE_DISPATCHED}
+    runners = {renamed[label]: run for label, run in found.runners.items()}
+    timings = timing.measure_engines({**runners, DISPATCHED: timing.tvm_runner(dispatched, x)},
+                                     batch=batch, warmup=3, repeats=repeats)
     return _records(timings)
 
 
@@ -297,6 +305,7 @@ def ratios(row: dict) -> dict[str, float | str | None]:
         "tuned_vs_eager": speedup(EAGER, TUNED),
         "untuned_vs_eager": speedup(EAGER, UNTUNED),
         "dispatched_vs_eager": speedup(EAGER_BESIDE_DISPATCHED, DISPATCHED),
+        "dispatched_vs_frozen": speedup(FROZEN_BESIDE_DISPATCHED, DISPATCHED),
     }
 
 
@@ -324,8 +333,8 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
         "",
         "| model | batch | eager ms | torch.compile ms | torch.compile (freezing) ms | ONNX Runtime ms | TVM untuned ms "
         "| TVM tuned ms | tuned vs fastest PyTorch | tuned vs fastest engine | tuned vs eager | untuned vs eager "
-        "| tuned + oneDNN convs ms | + oneDNN convs vs eager | trials/task | database |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| tuned + oneDNN convs ms | + oneDNN convs vs eager | + oneDNN convs vs freezing | trials/task | database |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         r = ratios(row)
@@ -337,6 +346,7 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
             f"| {ratio(row, r['tuned_vs_eager'], EAGER, TUNED)} | {ratio(row, r['untuned_vs_eager'], EAGER, UNTUNED)} "
             f"| {cell(row, DISPATCHED, 'no database')} "
             f"| {ratio(row, r['dispatched_vs_eager'], EAGER_BESIDE_DISPATCHED, DISPATCHED)} "
+            f"| {ratio(row, r['dispatched_vs_frozen'], FROZEN_BESIDE_DISPATCHED, DISPATCHED)} "
             f"| {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
         )
     lines += ["", "Medians of interleaved runs, interquartile range in brackets; speedup > 1 means faster.",
@@ -346,8 +356,10 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
               "engine adds ONNX Runtime. A peer not measured (—) does not compete.",
               *(f"{label} missing for {row['model']}: {reason}" for row in rows
                 for label, reason in row.get("missing", {}).items()),
-              f"Tuned + oneDNN convs (Day 13's dispatch) is timed against eager in a process of its own, with "
-              f"TVM's pool not spinning ({SPIN_ENV}=0); its speedup is over that run's eager."]
+              f"Tuned + oneDNN convs (Day 13's dispatch: weights prepacked for oneDNN once, BatchNorm folded, "
+              f"ReLU and shortcut add fused as oneDNN post-ops) is timed against eager and torch.compile with "
+              f"freezing in a process of its own, with TVM's pool not spinning ({SPIN_ENV}=0); its speedups "
+              f"are over that run's eager and freezing."]
     return "\n".join(lines)
 
 

@@ -79,6 +79,10 @@ class Database:
         where = f"transferred from {self.tuned_for}" if self.transferred else f"tuned for this CPU, {self.tuned_for}"
         return f"{where} ({self.origin}, {self.budget_text})"
 
+    def prepacked(self) -> bool:
+        """Whether it was tuned with weight prepacking (then its builds transform the weights once, at load)."""
+        return tuning.tuned_with_prepacking(self.path)
+
     def compile(self, imported: ImportedModel, target: tvm.target.Target) -> CompiledModel:
         """Build ``imported`` with this database, transferring records when it was tuned elsewhere."""
         return tuning.compile_tuned(imported, target, self.path, transfer=self.transferred)

@@ -8,6 +8,17 @@ functions run PyTorch's ``conv2d`` (oneDNN on x86) on zero-copy views made with
 ``torch.from_dlpack``, with BatchNorm folded into the weights and the
 bias/residual/activation that follows applied into the output buffer.
 
+With ``prepack=True`` the calls take the form PyTorch's own CPU inference uses
+(``torch.compile`` with freezing): each weight is reordered **once**, when the
+model is loaded, into the blocked layout oneDNN chose for that convolution
+(``torch.ops.mkldnn._reorder_convolution_weight``), and each call runs oneDNN's
+fused convolution (``torch.ops.mkldnn._convolution_pointwise``) with the ReLU,
+ReLU6 or residual add as oneDNN post-ops instead of separate passes. The packed
+weight is a PyTorch tensor TVM cannot hold; TVM holds a one-element *handle*
+tensor that names it, made by ``course.torch.pack_conv2d_weight`` inside
+``main_transform_params``, and the packed weight lives exactly as long as that
+handle (a build, or a loaded library's transformed parameters).
+
 A module compiled with these calls needs the functions registered in the
 process that runs it, also after ``export_library`` and loading elsewhere:
 ``register()`` (or importing this module) does it. Importing this module is
@@ -16,6 +27,8 @@ all a loader needs (``python -c "import helpers.dispatch"`` plus its own code).
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +38,7 @@ import torch
 import tvm
 import tvm_ffi
 from tvm import relax
-from tvm.relax.dpl import is_op, is_tuple_get_item, rewrite_call, wildcard
+from tvm.relax.dpl import ExternFuncPattern, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from . import ir
 from .build import CompiledModel, load_executable
@@ -35,17 +48,24 @@ from .models import ImportedModel
 
 PREFIX = "course.torch."
 ACTIVATIONS = ("", "relu", "relu6")
+PACK_WEIGHT = PREFIX + "pack_conv2d_weight"
+TO_NHWC, TO_NCHW = PREFIX + "to_nhwc", PREFIX + "to_nchw"  # layout changes around packed calls, by PyTorch
+# oneDNN's post-op for each activation, as torch.ops.mkldnn._convolution_pointwise names it, and its scalars
+_POST_OPS = {"": ("none", []), "relu": ("relu", []), "relu6": ("hardtanh", [0.0, 6.0])}
 
 
-def function_name(bias: bool = False, add: bool = False, activation: str = "") -> str:
+def function_name(bias: bool = False, add: bool = False, activation: str = "", packed: bool = False) -> str:
     """The registered name of one variant: ``course.torch.conv2d_bias_add_relu``.
 
     Arguments of the variant, in order: data, weight, [bias], [residual], attrs
-    (a shape: stride h/w, padding h/w, dilation h/w), then the output.
+    (a shape: stride h/w, padding h/w, dilation h/w), then the output. A
+    ``packed`` variant (``course.torch.conv2d_packed_...``) takes the handle of
+    a weight packed by ``course.torch.pack_conv2d_weight`` instead of the weight,
+    and its data, residual and output are NHWC (channels-last, oneDNN's fast order).
     """
     if activation not in ACTIVATIONS:
         raise CourseError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
-    parts = ["conv2d"] + ["bias"] * bias + ["add"] * add + [activation] * bool(activation)
+    parts = ["conv2d"] + ["packed"] * packed + ["bias"] * bias + ["add"] * add + [activation] * bool(activation)
     return PREFIX + "_".join(parts)
 
 
@@ -77,22 +97,102 @@ def _variant(bias: bool, add: bool, activation: str) -> Callable:
     return run
 
 
-def variants() -> list[tuple[bool, bool, str]]:
-    """Every (bias, add, activation) combination the library side provides."""
-    return [(b, a, act) for b in (False, True) for a in (False, True) for act in ACTIVATIONS]
+# Packed weights by handle. A handle is a one-element int64 NumPy array that TVM holds through DLPack
+# (the DLPack capsule keeps the array object alive): when TVM lets go of it, the array is freed and its
+# finalizer drops the packed weight. (A PyTorch tensor would not do: its capsule keeps only the C++ side.)
+_PACKED: dict[int, torch.Tensor] = {}
+_HANDLES = itertools.count(1)
+
+
+def pack_weight(weight: tvm.runtime.Tensor, attrs: Sequence[int]) -> tvm.runtime.Tensor:
+    """Reorder one convolution's weight into oneDNN's blocked layout; return a handle to it.
+
+    ``attrs``: stride h/w, padding h/w, dilation h/w, then the input's shape (N, C, H, W),
+    from which oneDNN picks the layout. Registered as ``course.torch.pack_conv2d_weight``
+    and called from ``main_transform_params``, i.e. once per load, not per inference.
+    """
+    a = [int(v) for v in attrs]
+    packed = torch.ops.mkldnn._reorder_convolution_weight(torch.from_dlpack(weight), a[2:4], a[0:2], a[4:6], 1, a[6:10])
+    key = next(_HANDLES)
+    buffer = np.empty(16, dtype=np.int64)  # TVM takes 64-byte aligned memory only: view one aligned element
+    start = (-buffer.ctypes.data % 64) // 8
+    handle = buffer[start:start + 1]
+    handle[0] = key
+    _PACKED[key] = packed
+    weakref.finalize(handle, _PACKED.pop, key, None)
+    return tvm.runtime.from_dlpack(handle)
+
+
+def packed_weights_alive() -> int:
+    """How many packed weights this process holds (each lives as long as its handle)."""
+    return len(_PACKED)
+
+
+def _packed_variant(bias: bool, add: bool, activation: str) -> Callable:
+    pointwise, binary = torch.ops.mkldnn._convolution_pointwise.default, torch.ops.mkldnn._convolution_pointwise.binary
+    post_op, scalars = _POST_OPS[activation]
+    name = function_name(bias, add, activation, packed=True)
+
+    def run(*args) -> tvm.runtime.Tensor:
+        key = int(torch.from_dlpack(args[1])[0])
+        weight = _PACKED.get(key)
+        if weight is None:
+            raise CourseError(
+                f"{name}: no packed weight has handle {key}. The handles come from main_transform_params of the "
+                "same loaded module: run it once after loading and pass its outputs, as compile_dispatched does."
+            )
+        data = _channels_last(args[0])
+        b = torch.from_dlpack(args[2]) if bias else None
+        stride, padding, dilation = (list(pair) for pair in zip(*[iter(int(v) for v in args[-1])] * 2))
+        if add:  # oneDNN fuses an add followed by ReLU (or nothing): the only forms the rules produce
+            y = binary(data, _channels_last(args[-2]), weight, b, padding, stride, dilation, 1,
+                       "add", None, post_op if activation else None, [], "")
+        else:
+            y = pointwise(data, weight, b, padding, stride, dilation, 1, post_op, scalars, "")
+        return tvm.runtime.from_dlpack(y.permute(0, 2, 3, 1))  # channels-last NCHW is NHWC: handed over, not copied
+
+    return run
+
+
+def _channels_last(tensor) -> torch.Tensor:
+    """An NHWC TVM tensor as the NCHW PyTorch tensor in channels-last order it is, without a copy."""
+    return torch.from_dlpack(tensor).permute(0, 3, 1, 2)
+
+
+def _to_nhwc_now(tensor) -> tvm.runtime.Tensor:
+    return tvm.runtime.from_dlpack(torch.from_dlpack(tensor).permute(0, 2, 3, 1).contiguous())
+
+
+def _to_nchw_now(tensor) -> tvm.runtime.Tensor:
+    return tvm.runtime.from_dlpack(torch.from_dlpack(tensor).permute(0, 3, 1, 2).contiguous())
+
+
+def variants(packed: bool = False) -> list[tuple[bool, bool, str]]:
+    """Every (bias, add, activation) combination the library side provides.
+
+    The packed side has no residual add followed by ReLU6 (oneDNN does not fuse it,
+    and no model of the course has it).
+    """
+    return [(b, a, act) for b in (False, True) for a in (False, True) for act in ACTIVATIONS
+            if not (packed and a and act == "relu6")]
 
 
 def register() -> list[str]:
-    """Register every variant as a global function of this process; return their names.
+    """Register every variant, and the weight packing, as global functions of this process; return their names.
 
     Idempotent. Must run in any process that calls a module built with ``offload_convs``.
     """
     names = []
-    for bias, add, act in variants():
-        name = function_name(bias, add, act)
-        tvm_ffi.register_global_func(name, _variant(bias, add, act), override=True)
-        names.append(name)
-    return names
+    for packed in (False, True):
+        for bias, add, act in variants(packed):
+            name = function_name(bias, add, act, packed)
+            make = _packed_variant if packed else _variant
+            tvm_ffi.register_global_func(name, make(bias, add, act), override=True)
+            names.append(name)
+    tvm_ffi.register_global_func(PACK_WEIGHT, pack_weight, override=True)
+    tvm_ffi.register_global_func(TO_NHWC, _to_nhwc_now, override=True)
+    tvm_ffi.register_global_func(TO_NCHW, _to_nchw_now, override=True)
+    return names + [PACK_WEIGHT, TO_NHWC, TO_NCHW]
 
 
 def is_registered(name: str = function_name()) -> bool:
@@ -246,7 +346,34 @@ def _is_relu6(clip: relax.Call) -> bool:
         return False
 
 
-def _rewriter(rule: _Rule, pieces: dict, uses: _Uses) -> Callable:
+def _layout_call(name: str, x: relax.Expr, shape: Sequence[int], dtype: str) -> relax.Expr:
+    return relax.call_pure_packed(name, x, ty_args=relax.TensorType([int(d) for d in shape], dtype))
+
+
+def _to_nhwc(x: relax.Expr) -> relax.Expr:
+    n, c, h, w = (int(d) for d in x.ty.shape)
+    return _layout_call(TO_NHWC, x, [n, h, w, c], x.ty.dtype)
+
+
+def _cancel_layout_round_trips(func: relax.Function) -> relax.Function:
+    """``to_nhwc(to_nchw(x))`` is ``x``: between two packed calls the round trip goes, and the tensors stay
+    channels-last from one oneDNN call to the next. Only the model's edges keep a layout change."""
+    inner = is_op("relax.call_pure_packed")(ExternFuncPattern(TO_NCHW), wildcard())
+    outer = is_op("relax.call_pure_packed")(ExternFuncPattern(TO_NHWC), inner)
+    return rewrite_call(outer, lambda expr, matches: matches[inner].args[1], func)
+
+
+def _packed_weight(weight: relax.Expr, attrs: relax.ShapeExpr, data: relax.Expr) -> relax.Expr | None:
+    """The handle of ``weight`` packed for a convolution on ``data``'s shape; None when that shape is not static."""
+    try:
+        shape = [int(d) for d in data.ty.shape]
+    except (TypeError, AttributeError):
+        return None
+    spec = relax.ShapeExpr([*(int(v) for v in attrs.values), *shape])
+    return relax.call_pure_packed(PACK_WEIGHT, weight, spec, ty_args=relax.TensorType([1], "int64"))
+
+
+def _rewriter(rule: _Rule, pieces: dict, uses: _Uses, prepack: bool = False) -> Callable:
     def rewrite(expr: relax.Call, matches: dict) -> relax.Expr:
         conv = matches[pieces["conv"]]
         attrs = conv_attrs(conv)
@@ -265,6 +392,17 @@ def _rewriter(rule: _Rule, pieces: dict, uses: _Uses) -> Callable:
             if [int(d) for d in residual.ty.shape] != [int(d) for d in conv.ty.shape]:
                 return expr
             args.append(residual)
+        packed = None
+        if prepack and not (rule.add and rule.activation == "relu6"):
+            packed = _packed_weight(args[1], attrs, args[0])
+        if packed is not None:  # channels-last around the call; the layout changes between two calls cancel later
+            n, c, h, w = (int(d) for d in conv.ty.shape)
+            args = [_to_nhwc(args[0]), packed, *args[2:]]
+            if rule.add:
+                args[-1] = _to_nhwc(args[-1])
+            name = function_name(rule.bn, rule.add, rule.activation, packed=True)
+            call = relax.call_pure_packed(name, *args, attrs, ty_args=relax.TensorType([n, h, w, c], conv.ty.dtype))
+            return _layout_call(TO_NCHW, call, [n, c, h, w], conv.ty.dtype)
         name = function_name(rule.bn, rule.add, rule.activation)
         out = relax.TensorType(conv.ty.shape, conv.ty.dtype)
         return relax.call_dps_packed(name, relax.Tuple([*args, attrs]), out_ty=out)
@@ -273,13 +411,16 @@ def _rewriter(rule: _Rule, pieces: dict, uses: _Uses) -> Callable:
 
 
 def offload_convs(mod: tvm.IRModule, fold_bn: bool = True, fuse_epilogue: bool = True,
-                  function: str = "main") -> tvm.IRModule:
+                  function: str = "main", prepack: bool = False) -> tvm.IRModule:
     """``mod`` with its dense conv2d calls dispatched to the registered PyTorch (oneDNN) functions.
 
     With ``fold_bn`` a following inference BatchNorm is folded into the weight and
     bias (weights-only arithmetic, lifted out of ``main`` at build time); with
     ``fuse_epilogue`` a following residual add and ReLU/ReLU6 run inside the same
-    call, into its output buffer. Depthwise and grouped convolutions stay in TVM.
+    call, into its output buffer. With ``prepack`` each weight is packed once for
+    oneDNN (a ``course.torch.pack_conv2d_weight`` call, lifted out of ``main`` with
+    the folding) and the calls run oneDNN's fused convolution, the epilogue as its
+    post-ops. Depthwise and grouped convolutions stay in TVM.
     """
     if function not in [gv.name_hint for gv in mod.functions]:
         raise CourseError(f"The module has no function {function!r}; it has "
@@ -287,7 +428,9 @@ def offload_convs(mod: tvm.IRModule, fold_bn: bool = True, fuse_epilogue: bool =
     func = mod[function]
     for rule in _rules(fold_bn, fuse_epilogue):
         pattern, pieces = _pattern(rule)
-        func = rewrite_call(pattern, _rewriter(rule, pieces, _Uses(func)), func)
+        func = rewrite_call(pattern, _rewriter(rule, pieces, _Uses(func), prepack), func)
+    if prepack:
+        func = _cancel_layout_round_trips(func)
     out = relax.transform.DeadCodeElimination()(_with_function(mod, function, func))
     convs_before = len(ir.calls(mod, "nn.conv2d", function))
     convs_after = len(ir.calls(out, "nn.conv2d", function)) + sum(dispatched_calls(out, function).values())
@@ -304,13 +447,16 @@ def _with_function(mod: tvm.IRModule, name: str, func: relax.Function) -> tvm.IR
 
 
 def dispatched_calls(mod: tvm.IRModule, function: str = "main") -> Counter:
-    """How many ``call_dps_packed`` calls of each registered function ``function`` makes."""
+    """How many calls of each library convolution ``function`` makes: the ``call_dps_packed`` ones, and the
+    packed ones (``call_pure_packed``: they return PyTorch's result instead of writing into a buffer)."""
     found: Counter = Counter()
-    dps = tvm.ir.Op.get("relax.call_dps_packed")
+    ops = (tvm.ir.Op.get("relax.call_dps_packed"), tvm.ir.Op.get("relax.call_pure_packed"))
 
     def visit(expr):
-        if isinstance(expr, relax.Call) and expr.op.same_as(dps):
-            found[str(expr.args[0].global_symbol)] += 1
+        if isinstance(expr, relax.Call) and any(expr.op.same_as(op) for op in ops):
+            name = str(expr.args[0].global_symbol)
+            if expr.op.same_as(ops[0]) or name.startswith(PREFIX + "conv2d"):
+                found[name] += 1
 
     relax.analysis.post_order_visit(mod[function].body, visit)
     return found
@@ -326,9 +472,13 @@ def compile_dispatched(imported: ImportedModel, target: tvm.target.Target | None
     ``database`` (a ``helpers.databases.Database``) tunes the kernels left in TVM;
     without one they get TVM's default code. The weight arithmetic (BatchNorm
     folding, prepacking) runs once here through ``main_transform_params``.
-    ``rewrite`` goes to ``offload_convs`` (``fold_bn``, ``fuse_epilogue``).
+    ``rewrite`` goes to ``offload_convs`` (``fold_bn``, ``fuse_epilogue``, ``prepack``).
     """
     target = target or cpu_target()
+    if rewrite.get("prepack") and database is not None and not database.prepacked():
+        raise CourseError(f"{database.label()} was tuned without weight prepacking, so its build keeps the weight "
+                          "arithmetic in main and would pack every weight on every call. Use a database tuned "
+                          "with prepack=True (all shipped ones are), or dispatch without prepack.")
     offloaded = ImportedModel(mod=offload_convs(imported.mod, **rewrite), params=imported.params,
                               input_shape=imported.input_shape, input_dtype=imported.input_dtype)
     if database is not None:

@@ -259,6 +259,11 @@ def budget(work_dir: str | Path) -> float | None:
     return _round(settings["trials_per_task"] + seeded)
 
 
+def tuned_with_prepacking(work_dir: str | Path) -> bool:
+    """True when the database was tuned with weight prepacking (its builds lift the weight arithmetic out of main)."""
+    return bool(_read_settings(Path(work_dir)).get("prepack", False))
+
+
 def tuned_in_quick_mode(work_dir: str | Path) -> bool:
     """True when any of the database's tuning ran in quick (test) mode: a tiny budget, not for learners."""
     return bool(_read_settings(Path(work_dir)).get("quick", False))
@@ -767,7 +772,7 @@ def apply_database(
     work_dir = Path(work_dir)
     db = _database_for_target(_load_database(work_dir), target, work_dir, transfer)
     if prepack is None:
-        prepack = bool(_read_settings(work_dir).get("prepack", False))
+        prepack = tuned_with_prepacking(work_dir)
     _refuse_prepacking_symbolic(mod, prepack)
     import_tensor_intrinsics(work_dir / RECORD_FILE)  # records may replay tensorized schedules
     prepared = _prepare(mod, target, prepack)
@@ -835,7 +840,7 @@ def compile_tuned(
     cache_key = cache.key(
         "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
         cache.file_digest([work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE]),
-        bool(_read_settings(work_dir).get("prepack", False)), transfer,
+        tuned_with_prepacking(work_dir), transfer,
         cache.file_digest([Path(__file__), Path(__file__).with_name("build.py")]),  # the fusion passes, the database's use
     )
     executable, _ = cache.load_or_build(

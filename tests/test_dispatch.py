@@ -48,6 +48,11 @@ def test_function_names_and_registration():
     assert dispatch.function_name(bias=True, add=True, activation="relu") == "course.torch.conv2d_bias_add_relu"
     for bias, add, act in dispatch.variants():
         assert dispatch.is_registered(dispatch.function_name(bias, add, act))
+    assert dispatch.function_name(True, True, "relu", packed=True) == "course.torch.conv2d_packed_bias_add_relu"
+    for bias, add, act in dispatch.variants(packed=True):
+        assert dispatch.is_registered(dispatch.function_name(bias, add, act, packed=True))
+    assert (True, True, "relu6") not in dispatch.variants(packed=True)
+    assert dispatch.is_registered(dispatch.PACK_WEIGHT)
     assert not dispatch.is_registered("course.torch.no_such_function")
     with pytest.raises(CourseError, match="activation"):
         dispatch.function_name(activation="gelu")
@@ -81,6 +86,49 @@ def test_compile_dispatched_matches_pytorch(blocks, rewrite):
     model, x, imported = blocks
     compiled = dispatch.compile_dispatched(imported, **rewrite)
     assert build.check_parity(compiled, model, x, rtol=1e-5) <= 1e-5
+
+
+def test_prepacked_dispatch_fuses_each_epilogue_and_packs_once_per_load(blocks):
+    model, x, imported = blocks
+    offloaded = dispatch.offload_convs(imported.mod, prepack=True)
+    assert dispatch.dispatched_calls(offloaded) == {
+        "course.torch.conv2d_packed_bias_relu": 1,
+        "course.torch.conv2d_packed_bias_add_relu": 1,
+        "course.torch.conv2d_packed_bias_add": 1,
+        "course.torch.conv2d_packed_bias_relu6": 1,
+        "course.torch.conv2d_packed": 1,
+    }
+    script = offloaded["main"].script()
+    # channels-last from one oneDNN call to the next: the only layout changes left are at the edges of each
+    # chain of packed calls (into c1 from the input; out to the depthwise conv in TVM and back; out of c5)
+    assert (script.count(dispatch.TO_NHWC), script.count(dispatch.TO_NCHW)) == (2, 2)
+    before = dispatch.packed_weights_alive()
+    compiled = dispatch.compile_dispatched(imported, prepack=True)
+    assert dispatch.packed_weights_alive() == before + 5, "one packed weight per dispatched convolution, made at load"
+    assert build.check_parity(compiled, model, x, rtol=1e-5) <= 1e-5
+    compiled(x)
+    assert dispatch.packed_weights_alive() == before + 5, "calls reuse the packed weights: none packed per call"
+    main = compiled.executable  # the packing is lifted out of main: main only calls the convolutions
+    del compiled, main
+    import gc
+    gc.collect()
+    assert dispatch.packed_weights_alive() == before, "the packed weights go with the build that holds their handles"
+
+
+def test_a_packed_call_without_its_weight_says_what_to_do():
+    x, w = dispatch.random_conv_problem((1, 4, 6, 6), 5, 3, seed=2)
+    bb = relax.BlockBuilder()
+    xv = relax.Var("x", relax.TensorType(x.shape, "float32"))
+    hv = relax.Var("h", relax.TensorType((1,), "int64"))
+    with bb.function("main", [xv, hv]):
+        with bb.dataflow():
+            call = relax.call_dps_packed(dispatch.function_name(packed=True), relax.Tuple([xv, hv, relax.ShapeExpr([1, 1, 1, 1, 1, 1])]),
+                                         out_ty=relax.TensorType((1, 5, 6, 6), "float32"))
+            out = bb.emit_output(bb.emit(call))
+        bb.emit_func_output(out)
+    vm = relax.VirtualMachine(tvm.compile(bb.get(), target="llvm"), tvm.cpu())
+    with pytest.raises(Exception, match="main_transform_params"):
+        vm["main"](tvm.runtime.tensor(x), tvm.runtime.tensor(np.array([0], dtype=np.int64)))
 
 
 class SharedProjection(torch.nn.Module):
