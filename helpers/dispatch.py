@@ -50,6 +50,7 @@ PREFIX = "course.torch."
 ACTIVATIONS = ("", "relu", "relu6")
 PACK_WEIGHT = PREFIX + "pack_conv2d_weight"
 TO_NHWC, TO_NCHW = PREFIX + "to_nhwc", PREFIX + "to_nchw"  # layout changes around packed calls, by PyTorch
+MAX_POOL = PREFIX + "max_pool2d_nhwc"  # a max pooling between two packed calls stays channels-last
 # oneDNN's post-op for each activation, as torch.ops.mkldnn._convolution_pointwise names it, and its scalars
 _POST_OPS = {"": ("none", []), "relu": ("relu", []), "relu6": ("hardtanh", [0.0, 6.0])}
 
@@ -159,6 +160,14 @@ def _channels_last(tensor) -> torch.Tensor:
     return torch.from_dlpack(tensor).permute(0, 3, 1, 2)
 
 
+def _max_pool2d_now(tensor, attrs) -> tvm.runtime.Tensor:
+    """Max pooling of an NHWC tensor by PyTorch (channels-last); ``attrs``: kernel, stride, padding, dilation
+    (each h/w), then ceil_mode."""
+    a = [int(v) for v in attrs]
+    y = torch.nn.functional.max_pool2d(_channels_last(tensor), a[0:2], a[2:4], a[4:6], a[6:8], ceil_mode=bool(a[8]))
+    return tvm.runtime.from_dlpack(y.permute(0, 2, 3, 1).contiguous())
+
+
 def _to_nhwc_now(tensor) -> tvm.runtime.Tensor:
     return tvm.runtime.from_dlpack(torch.from_dlpack(tensor).permute(0, 2, 3, 1).contiguous())
 
@@ -190,9 +199,10 @@ def register() -> list[str]:
             tvm_ffi.register_global_func(name, make(bias, add, act), override=True)
             names.append(name)
     tvm_ffi.register_global_func(PACK_WEIGHT, pack_weight, override=True)
+    tvm_ffi.register_global_func(MAX_POOL, _max_pool2d_now, override=True)
     tvm_ffi.register_global_func(TO_NHWC, _to_nhwc_now, override=True)
     tvm_ffi.register_global_func(TO_NCHW, _to_nchw_now, override=True)
-    return names + [PACK_WEIGHT, TO_NHWC, TO_NCHW]
+    return names + [PACK_WEIGHT, MAX_POOL, TO_NHWC, TO_NCHW]
 
 
 def is_registered(name: str = function_name()) -> bool:
@@ -355,6 +365,26 @@ def _to_nhwc(x: relax.Expr) -> relax.Expr:
     return _layout_call(TO_NHWC, x, [n, h, w, c], x.ty.dtype)
 
 
+def _pool_channels_last(func: relax.Function) -> relax.Function:
+    """A max pooling of a packed call's result (ResNet's stem) runs channels-last in PyTorch, so that the
+    tensor does not go NCHW and back around it: ``max_pool2d(to_nchw(x))`` -> ``to_nchw(max_pool_nhwc(x))``."""
+    nhwc = wildcard()
+    pool = is_op("relax.nn.max_pool2d")(is_op("relax.call_pure_packed")(ExternFuncPattern(TO_NCHW), nhwc))
+
+    def rewrite(expr: relax.Call, matches: dict) -> relax.Expr:
+        a = expr.attrs
+        top, left, bottom, right = (int(v) for v in a.padding)
+        if a.layout != "NCHW" or a.out_layout != "NCHW" or (top, left) != (bottom, right):
+            return expr
+        spec = relax.ShapeExpr([*(int(v) for v in (*a.pool_size, *a.strides)), top, left,
+                                *(int(v) for v in a.dilation), int(bool(a.ceil_mode))])
+        n, c, h, w = (int(d) for d in expr.ty.shape)
+        pooled = relax.call_pure_packed(MAX_POOL, matches[nhwc], spec, ty_args=relax.TensorType([n, h, w, c], expr.ty.dtype))
+        return _layout_call(TO_NCHW, pooled, [n, c, h, w], expr.ty.dtype)
+
+    return rewrite_call(pool, rewrite, func)
+
+
 def _cancel_layout_round_trips(func: relax.Function) -> relax.Function:
     """``to_nhwc(to_nchw(x))`` is ``x``: between two packed calls the round trip goes, and the tensors stay
     channels-last from one oneDNN call to the next. Only the model's edges keep a layout change."""
@@ -420,7 +450,10 @@ def offload_convs(mod: tvm.IRModule, fold_bn: bool = True, fuse_epilogue: bool =
     call, into its output buffer. With ``prepack`` each weight is packed once for
     oneDNN (a ``course.torch.pack_conv2d_weight`` call, lifted out of ``main`` with
     the folding) and the calls run oneDNN's fused convolution, the epilogue as its
-    post-ops. Depthwise and grouped convolutions stay in TVM.
+    post-ops, on channels-last tensors: layout changes stay only where a tensor
+    leaves or enters a chain of packed calls, and a max pooling inside a chain
+    (ResNet's stem) runs channels-last in PyTorch too. Depthwise and grouped
+    convolutions stay in TVM.
     """
     if function not in [gv.name_hint for gv in mod.functions]:
         raise CourseError(f"The module has no function {function!r}; it has "
@@ -430,7 +463,7 @@ def offload_convs(mod: tvm.IRModule, fold_bn: bool = True, fuse_epilogue: bool =
         pattern, pieces = _pattern(rule)
         func = rewrite_call(pattern, _rewriter(rule, pieces, _Uses(func), prepack), func)
     if prepack:
-        func = _cancel_layout_round_trips(func)
+        func = _cancel_layout_round_trips(_pool_channels_last(func))
     out = relax.transform.DeadCodeElimination()(_with_function(mod, function, func))
     convs_before = len(ir.calls(mod, "nn.conv2d", function))
     convs_after = len(ir.calls(out, "nn.conv2d", function)) + sum(dispatched_calls(out, function).values())

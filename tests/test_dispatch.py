@@ -115,6 +115,35 @@ def test_prepacked_dispatch_fuses_each_epilogue_and_packs_once_per_load(blocks):
     assert dispatch.packed_weights_alive() == before, "the packed weights go with the build that holds their handles"
 
 
+class StemAndPool(torch.nn.Module):
+    """ResNet's stem: conv -> BN -> ReLU -> max pool (padded, strided), then a block."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(3, 8, 7, stride=2, padding=3, bias=False), torch.nn.BatchNorm2d(8)
+        self.pool = torch.nn.MaxPool2d(3, stride=2, padding=1)
+        self.c2, self.b2 = torch.nn.Conv2d(8, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.b1(self.c1(x))))
+        return torch.relu(self.b2(self.c2(y)) + y)
+
+
+def test_a_max_pool_between_packed_calls_stays_channels_last():
+    torch.manual_seed(4)
+    model = StemAndPool().eval()
+    for bn in (model.b1, model.b2):
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(1, 3, 30, 30, generator=torch.Generator().manual_seed(5))  # odd sizes: padding and rounding matter
+    imported = models.import_to_relax(model, x)
+    script = dispatch.offload_convs(imported.mod, prepack=True)["main"].script()
+    assert "nn.max_pool2d" not in script and script.count(dispatch.MAX_POOL) == 1
+    assert (script.count(dispatch.TO_NHWC), script.count(dispatch.TO_NCHW)) == (1, 1), "only the input and the output change layout"
+    assert "nn.max_pool2d" in dispatch.offload_convs(imported.mod)["main"].script(), "unpacked dispatch leaves pooling to TVM"
+    assert build.check_parity(dispatch.compile_dispatched(imported, prepack=True), model, x, rtol=1e-5) <= 1e-5
+
+
 def test_a_packed_call_without_its_weight_says_what_to_do():
     x, w = dispatch.random_conv_problem((1, 4, 6, 6), 5, 3, seed=2)
     bb = relax.BlockBuilder()
