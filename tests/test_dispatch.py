@@ -30,15 +30,20 @@ class ConvBlocks(torch.nn.Module):
         return self.c5(y)
 
 
-@pytest.fixture(scope="module")
-def blocks():
-    torch.manual_seed(0)
-    model = ConvBlocks().eval()
-    for bn in (model.b1, model.b2, model.b3, model.b4):  # BatchNorm statistics that are not the identity
+def _with_batch_norm_statistics(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` in eval mode, every BatchNorm given statistics and an affine part that are not the identity."""
+    for bn in (m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)):
         bn.running_mean.uniform_(-1, 1)
         bn.running_var.uniform_(0.5, 2)
         bn.weight.data.uniform_(0.5, 2)
         bn.bias.data.uniform_(-1, 1)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    torch.manual_seed(0)
+    model = _with_batch_norm_statistics(ConvBlocks())
     x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(1))
     return model, x, models.import_to_relax(model, x)
 
@@ -131,10 +136,7 @@ class StemAndPool(torch.nn.Module):
 
 def test_a_max_pool_between_packed_calls_stays_channels_last():
     torch.manual_seed(4)
-    model = StemAndPool().eval()
-    for bn in (model.b1, model.b2):
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
+    model = _with_batch_norm_statistics(StemAndPool())
     x = torch.randn(1, 3, 30, 30, generator=torch.Generator().manual_seed(5))  # odd sizes: padding and rounding matter
     imported = models.import_to_relax(model, x)
     script = dispatch.offload_convs(imported.mod, prepack=True)["main"].script()
@@ -177,10 +179,7 @@ class SharedProjection(torch.nn.Module):
 @pytest.fixture(scope="module")
 def shared():
     torch.manual_seed(2)
-    model = SharedProjection().eval()
-    for bn in (model.b1, model.b2):
-        bn.running_mean.uniform_(-1, 1)
-        bn.running_var.uniform_(0.5, 2)
+    model = _with_batch_norm_statistics(SharedProjection())
     x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(3))
     return model, x, models.import_to_relax(model, x)
 
