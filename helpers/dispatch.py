@@ -17,7 +17,11 @@ ReLU6 or residual add as oneDNN post-ops instead of separate passes. The packed
 weight is a PyTorch tensor TVM cannot hold; TVM holds a one-element *handle*
 tensor that names it, made by ``course.torch.pack_conv2d_weight`` inside
 ``main_transform_params``, and the packed weight lives exactly as long as that
-handle (a build, or a loaded library's transformed parameters).
+handle (a build, or a loaded library's transformed parameters). The packed calls
+take and return NHWC tensors (oneDNN's channels-last order) and return PyTorch's
+result through DLPack (``call_pure_packed``) instead of copying it into a buffer;
+the rewrite cancels the layout changes between two calls, so a tensor changes
+layout only where it leaves or enters a chain of oneDNN calls.
 
 A module compiled with these calls needs the functions registered in the
 process that runs it, also after ``export_library`` and loading elsewhere:
