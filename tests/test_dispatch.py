@@ -6,7 +6,7 @@ import torch
 import tvm
 from tvm import relax, te, topi
 
-from helpers import build, dispatch, ir, models
+from helpers import build, databases, dispatch, ir, models, tuning
 from helpers.errors import CourseError
 
 
@@ -144,6 +144,16 @@ def test_a_max_pool_between_packed_calls_stays_channels_last():
     assert (script.count(dispatch.TO_NHWC), script.count(dispatch.TO_NCHW)) == (1, 1), "only the input and the output change layout"
     assert "nn.max_pool2d" in dispatch.offload_convs(imported.mod)["main"].script(), "unpacked dispatch leaves pooling to TVM"
     assert build.check_parity(dispatch.compile_dispatched(imported, prepack=True), model, x, rtol=1e-5) <= 1e-5
+
+
+def test_packed_dispatch_refuses_a_database_tuned_without_prepacking(blocks, tmp_path):
+    # such a build keeps the weight arithmetic in main: every call would pack every weight again
+    (tmp_path / tuning.SETTINGS_FILE).write_text('{"prepack": false}')
+    db = databases.Database(tmp_path, databases.YOURS, "znver4", 2, 8, transferred=True)
+    with pytest.raises(CourseError, match="without weight prepacking"):
+        dispatch.compile_dispatched(blocks[2], database=db, prepack=True)
+    (tmp_path / tuning.SETTINGS_FILE).write_text('{"prepack": true}')
+    assert db.prepacked()
 
 
 def test_a_packed_call_without_its_weight_says_what_to_do():
