@@ -227,8 +227,7 @@ def import_to_relax(model: torch.nn.Module, example: torch.Tensor) -> ImportedMo
     if not isinstance(example, torch.Tensor):
         raise InputShapeError(f"The example input must be a torch.Tensor, got {type(example).__name__}.")
     shape, dtype = tuple(example.shape), dtype_name(example)
-    code = cache.file_digest([Path(__file__)])
-    folder = kept_for_tests("import", model, (shape, dtype, code), lambda out: _save_import(model, example, out))
+    folder = kept_for_tests("import", model, (shape, dtype), Path(__file__), lambda out: _save_import(model, example, out))
     if folder is None:
         mod, params = to_relax(export(model, example))
         return ImportedModel(mod=mod, params=params, input_shape=shape, input_dtype=dtype)
@@ -244,14 +243,17 @@ def _save_import(model: torch.nn.Module, example: torch.Tensor, folder: Path) ->
     np.savez(folder / "params.npz", **{f"p{i}": p.numpy() for i, p in enumerate(params)})
 
 
-def kept_for_tests(name: str, model: torch.nn.Module, parts: tuple, write: Callable[[Path], None]) -> Path | None:
-    """The folder where ``write`` left what it made of ``model`` (and of ``parts``: the input's shape, the
-    code that makes it), kept in the suite's cache (``cache.for_tests``) once per ``fingerprint`` and parts.
-    None outside the suite, or for a model whose fingerprint is unknown: then the caller does the work."""
+def kept_for_tests(name: str, model: torch.nn.Module, parts: tuple, code: Path,
+                   write: Callable[[Path], None]) -> Path | None:
+    """The folder where ``write`` left what it made of ``model`` (and of ``parts``, the input's shape and
+    type), kept in the suite's cache (``cache.for_tests``) once per ``fingerprint``, parts and contents of
+    ``code`` (the file that makes it). None outside the suite, or for a model whose fingerprint is unknown:
+    then the caller does the work (and nothing is hashed)."""
     found = fingerprint(model) if cache.for_tests() else None
     if found is None:
         return None
-    return cache.load_or_compute_files(name, cache.key(name, found, *parts, torch.__version__), write)
+    key = cache.key(name, found, *parts, cache.file_digest([code]), torch.__version__)
+    return cache.load_or_compute_files(name, key, write)
 
 
 def fingerprint(model: torch.nn.Module) -> str | None:
