@@ -154,7 +154,7 @@ def _packed_variant(bias: bool, add: bool, activation: str) -> Callable:
                        "add", None, post_op if activation else None, [], "")
         else:
             y = pointwise(data, weight, b, padding, stride, dilation, 1, post_op, scalars, "")
-        return tvm.runtime.from_dlpack(y.permute(0, 2, 3, 1))  # channels-last NCHW is NHWC: handed over, not copied
+        return _from_channels_last(y)
 
     return run
 
@@ -164,20 +164,26 @@ def _channels_last(tensor) -> torch.Tensor:
     return torch.from_dlpack(tensor).permute(0, 3, 1, 2)
 
 
+def _from_channels_last(y: torch.Tensor) -> tvm.runtime.Tensor:
+    """An NCHW PyTorch tensor as an NHWC TVM tensor: handed over, not copied, when ``y`` is channels-last
+    (as oneDNN's results are); reordered once otherwise."""
+    return tvm.runtime.from_dlpack(y.permute(0, 2, 3, 1).contiguous())
+
+
 def _max_pool2d_now(tensor, attrs) -> tvm.runtime.Tensor:
     """Max pooling of an NHWC tensor by PyTorch (channels-last); ``attrs``: kernel, stride, padding, dilation
     (each h/w), then ceil_mode."""
     a = [int(v) for v in attrs]
     y = torch.nn.functional.max_pool2d(_channels_last(tensor), a[0:2], a[2:4], a[4:6], a[6:8], ceil_mode=bool(a[8]))
-    return tvm.runtime.from_dlpack(y.permute(0, 2, 3, 1).contiguous())
+    return _from_channels_last(y)
 
 
 def _to_nhwc_now(tensor) -> tvm.runtime.Tensor:
-    return tvm.runtime.from_dlpack(torch.from_dlpack(tensor).permute(0, 2, 3, 1).contiguous())
+    return _from_channels_last(torch.from_dlpack(tensor))
 
 
 def _to_nchw_now(tensor) -> tvm.runtime.Tensor:
-    return tvm.runtime.from_dlpack(torch.from_dlpack(tensor).permute(0, 3, 1, 2).contiguous())
+    return tvm.runtime.from_dlpack(_channels_last(tensor).contiguous())
 
 
 def variants(packed: bool = False) -> list[tuple[bool, bool, str]]:
