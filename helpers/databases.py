@@ -105,7 +105,7 @@ def _describe(path: Path, origin: str, target: tvm.target.Target) -> Database | 
     if not match:
         return None
     try:
-        targets = tuning.database_summary(path)["targets"]
+        targets = tuning.database_targets(path)
     except tuning.TuningDatabaseError:
         return None
     if not targets:

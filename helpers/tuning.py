@@ -493,7 +493,7 @@ def _seed_with(tasks: list, target: tvm.target.Target, work_dir: Path, source: P
     replayed, failed = seed_with(source, work_dir, target, mods, progress=progress)
     return {
         "database": source.name,
-        "targets": database_summary(source)["targets"],
+        "targets": database_targets(source),
         "trials_per_task": budget(source),
         "replayed": replayed,
         "failed": failed,
@@ -911,6 +911,35 @@ def _kernel_label(workload) -> str:
     """A readable name for a workload: the compute blocks in its kernel."""
     blocks = [b for b in re.findall(r'T\.sblock\("([^"]+)"', workload.mod.script()) if b != "root"]
     return "+".join(blocks) or "kernel"
+
+
+def database_targets(work_dir: str | Path) -> list[str]:
+    """The targets a database's records were measured for (``database_summary``'s ``targets``), read fast.
+
+    Straight from the records file, without building the database: MetaSchedule's reader parses
+    every workload's TensorIR (EfficientNet-B0's file is 10 MB), about a second per database, and
+    ``databases.candidates`` asks this of every database of a model in every notebook that picks one.
+    A database that is not one (a file missing, a line cut off) raises ``TuningDatabaseError``.
+    """
+    work_dir = Path(work_dir)
+    if not all((work_dir / name).is_file() for name in (WORKLOAD_FILE, RECORD_FILE)):
+        _load_database(work_dir)  # raises, saying what is missing
+    for name in (WORKLOAD_FILE, RECORD_FILE):
+        _check_json_lines(work_dir / name)
+    seen: dict[str, str] = {}
+    with open(work_dir / RECORD_FILE) as lines:
+        for line in lines:
+            try:
+                fields = json.loads(line)[1][2]  # [workload index, [trace, run_secs, target, args_info]]
+                config = json.dumps(fields, sort_keys=True)
+                if config not in seen:
+                    seen[config] = str(tvm.target.Target(fields))
+            except (IndexError, KeyError, TypeError, ValueError) as err:
+                raise TuningDatabaseError(
+                    f"{RECORD_FILE} in {work_dir} holds a record that is not MetaSchedule's ({type(err).__name__}): "
+                    "delete the directory and tune again."
+                ) from err
+    return sorted(set(seen.values()))
 
 
 def database_summary(work_dir: str | Path) -> dict:

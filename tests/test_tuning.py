@@ -305,6 +305,11 @@ def test_a_damaged_database_file_is_a_clear_error_not_a_crash(imported, target, 
         records.write("\n[1, {\"trace\"")  # a blank line (MetaSchedule's reader segfaults on it) and a cut-off record
     with pytest.raises(TuningDatabaseError, match=f"line \\d+ of {tuning.RECORD_FILE}"):
         tuning.apply_database(mod, target, damaged)
+    with pytest.raises(TuningDatabaseError, match=f"line \\d+ of {tuning.RECORD_FILE}"):
+        tuning.database_targets(damaged)  # what databases.candidates reads: the same refusal
+    (damaged / tuning.RECORD_FILE).write_text('[0, [[], [0.1], "not a target"]]\n')
+    with pytest.raises(TuningDatabaseError, match="not MetaSchedule's"):
+        tuning.database_targets(damaged)
 
 
 def test_reading_records_imports_tvms_tensor_intrinsics_only_when_they_name_one(tmp_path):
