@@ -569,13 +569,43 @@ def _choose_build_chained(rows, min_top1):
 
 
 def _day12_namespace(**extra) -> dict:
-    return dict(np=np, build=build) | extra
+    return dict(np=np, build=build, ir=ir, tvm=tvm, relax=tvm.relax, target=machine.cpu_target()) | extra
+
+
+def _int8_dense(zero_point: bool = True, per_column: bool = True, integer_product: bool = True,
+                rows: int | None = None):
+    """Exercise 4 with one mistake switched on."""
+    relax = tvm.relax
+
+    def int8_dense(m, w, x_scale, x_zero_point):
+        k, n = w.shape
+        w = w.astype(np.float32)
+        scale_w = np.abs(w).max(axis=0) / 127 if per_column else np.full(n, np.abs(w).max() / 127, np.float32)
+        scale_w[scale_w == 0] = 1.0
+        wq = np.clip(np.round(w / scale_w), -127, 127).astype(np.int8)
+        correction = (x_zero_point * wq.astype(np.int32).sum(axis=0) * zero_point).astype(np.int32)
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType((rows or m, k), "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                xq = bb.emit(relax.op.quantize(x, relax.const(x_scale, "float32"), relax.const(x_zero_point, "int32"),
+                                               axis=1, out_dtype="uint8"))
+                if integer_product:
+                    acc = bb.emit(relax.op.astype(relax.op.matmul(xq, relax.const(wq), out_dtype="int32"), "float32"))
+                else:  # fake quantization: the same integers, multiplied as float32
+                    acc = bb.emit(relax.op.matmul(relax.op.astype(xq, "float32"), relax.const(wq.astype(np.float32))))
+                acc = bb.emit(relax.op.subtract(acc, relax.const(correction.astype(np.float32))))
+                out = bb.emit_output(bb.emit(relax.op.multiply(acc, relax.const((np.float32(x_scale) * scale_w).astype(np.float32)))))
+            bb.emit_func_output(out)
+        return bb.get()
+
+    return int8_dense
 
 
 def test_day12_solutions_pass_their_tests():
     namespace = _day12_namespace()
     for solution, tests in [("qparams", "test_qparams"), ("layer_error", "test_layer_error"),
-                            ("choose_build", "test_choose_build")]:
+                            ("choose_build", "test_choose_build"), ("int8_dense", "test_int8_dense")]:
         exec(_cell(DAY12, solution), namespace)
         exec(_cell(DAY12, tests), namespace)
 
@@ -747,4 +777,19 @@ def test_day14_hidden_decode_tests_alone_catch_no_cache_and_a_wasted_last_step(d
     namespace = _day14_namespace(day14_builds, greedy_generate=_generate(**mistake))
     exec(visible, namespace)
     with pytest.raises(AssertionError, match="prefill called|decode called"):
+        exec(hidden, namespace)
+
+
+def test_day12_int8_dense_tests_catch_a_forgotten_zero_point_one_weight_scale_and_a_float_product():
+    for wrong, message in [(_int8_dense(zero_point=False), "relative error"), (_int8_dense(per_column=False), "relative error"),
+                           (_int8_dense(integer_product=False), "uint8 x int8")]:
+        with pytest.raises(AssertionError, match=message):
+            exec(_cell(DAY12, "test_int8_dense"), _day12_namespace(int8_dense=wrong))
+
+
+def test_day12_hidden_int8_dense_tests_alone_catch_the_visible_tests_shape_built_in():
+    visible, hidden = _parts(DAY12, "test_int8_dense")
+    namespace = _day12_namespace(int8_dense=_int8_dense(rows=4))  # the visible test's m, whatever m is asked
+    exec(visible, namespace)
+    with pytest.raises(Exception, match="shape|Shape"):
         exec(hidden, namespace)
