@@ -78,7 +78,10 @@ def register_vnni_intrinsic() -> str:
 
 
 def has_vnni(target: tvm.target.Target) -> bool:
-    """True when ``target``'s CPU has AVX-512 VNNI (``vpdpbusd``)."""
+    """True when ``target``'s CPU has AVX-512 VNNI (``vpdpbusd`` on 512 bits: Cascade Lake, Zen 4 and later).
+
+    AVX-VNNI (the same instruction on 256 bits, Alder Lake class, without AVX-512) does not count: the
+    course's intrinsic is the 512-bit one, and such a CPU gets ``generic_space`` (exact, no ``vpdpbusd``)."""
     return bool(tvm.target.codegen.target_has_features("avx512vnni", target))
 
 
@@ -133,6 +136,21 @@ def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN) -> tvm.IRModu
     sch.decompose_reduction(block, ko)
     sch.tensorize(ji, intrin)
     return sch.mod
+
+
+def generic_space() -> ms.space_generator.PostOrderApply:
+    """LLVM's generic search space (tiling, inlining, parallel, vectorize, unroll; no tensor intrinsic),
+    for int8 kernels on a CPU without AVX-512 VNNI.
+
+    MetaSchedule's default space tensorizes int8 kernels with TVM's own intrinsics: on an AVX-VNNI CPU
+    without AVX-512 (Alder Lake) the 512-bit ``dot_16x4_vnni``, which does not build with TVM 0.27's
+    LLVM; on an AVX-512 CPU without VNNI (Skylake-X) ``dot_16x4_avx512``, whose ``vpmaddubsw`` adds pairs
+    of uint8 x int8 products into int16 and saturates with full-range activations (and whose weight tile
+    is declared without strides). Measured on a u8 x s8 matmul tuned for ``skylake-avx512``: all 4096
+    outputs wrong. Here LLVM
+    vectorizes the integer loops itself (bytes widened, then ``vpmaddwd``): exact, on any x86 CPU.
+    """
+    return ms.space_generator.PostOrderApply(sch_rules="llvm", postprocs="llvm", mutator_probs="llvm")
 
 
 def vnni_space() -> ms.space_generator.PostOrderApply:

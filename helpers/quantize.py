@@ -273,9 +273,17 @@ def is_int8_kernel(task) -> bool:
 
 
 def space_for(target: tvm.target.Target):
-    """``tuning.tune``'s ``space_for``: the VNNI space for int8 kernels where ``target`` has VNNI, else the default."""
+    """``tuning.tune``'s ``space_for``: for int8 kernels, the VNNI space where ``target`` has AVX-512 VNNI and
+    LLVM's generic one elsewhere (``int8.generic_space``: TVM's default uses a wrong intrinsic on AVX-512
+    CPUs without VNNI); the default space for every float32 kernel."""
     vnni = int8.has_vnni(target)
-    return lambda task: int8.vnni_space() if vnni and is_int8_kernel(task) else "post-order-apply"
+
+    def space(task):
+        if not is_int8_kernel(task):
+            return "post-order-apply"
+        return int8.vnni_space() if vnni else int8.generic_space()
+
+    return space
 
 
 def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: torch.Tensor | None = None) -> torch.nn.Module:
