@@ -147,8 +147,8 @@ def generic_space() -> ms.space_generator.PostOrderApply:
     LLVM; on an AVX-512 CPU without VNNI (Skylake-X) ``dot_16x4_avx512``, whose ``vpmaddubsw`` adds pairs
     of uint8 x int8 products into int16 and saturates with full-range activations (and whose weight tile
     is declared without strides). Measured on a u8 x s8 matmul tuned for ``skylake-avx512``: all 4096
-    outputs wrong. Here LLVM
-    vectorizes the integer loops itself (bytes widened, then ``vpmaddwd``): exact, on any x86 CPU.
+    outputs wrong. Here LLVM vectorizes the integer loops itself (bytes widened, then ``vpmaddwd``):
+    exact, on any x86 CPU.
     """
     return ms.space_generator.PostOrderApply(sch_rules="llvm", postprocs="llvm", mutator_probs="llvm")
 
