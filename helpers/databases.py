@@ -11,9 +11,12 @@ count (``mobilenet_v2-b1-znver4-2cores``):
 A database tuned for this CPU and core count applies as it is. One tuned for
 another CPU *transfers*: its records are traces of schedule primitives, which
 replay on any x86-64 CPU (the build is then checked for parity, and labelled).
-``choose`` takes the candidate with the largest tuning budget (trials per task,
-a seeded top-up counting its seed's), preferring this CPU's on a tie and, among
-transferred ones, the CPU most like this one; it tunes only when nothing exists.
+``choose`` takes, among the databases for this CPU's vector width, one tuned for
+this CPU if there is any (its schedules were measured here; a top-up seeded from
+another CPU's database measured that one's schedules here too), the largest tuning
+budget first (trials per task, a seeded top-up counting its seed's); only without
+one, a transferred database: the largest budget, then the CPU most like this one.
+It tunes only when nothing exists.
 
 ``python -m helpers.databases list`` shows them all; ``... remove`` deletes the
 learner's own and the test runs' (never the shipped ones).
@@ -160,11 +163,15 @@ def same_vector_width(db: Database, target: tvm.target.Target) -> bool:
 
 
 def rank(found: Sequence[Database], target: tvm.target.Target) -> list[Database]:
-    """Best first: tuned for this CPU's vector width (AVX-512, AVX2); then the largest budget; on a tie
-    this CPU's own, then the most similar CPU."""
+    """Best first: tuned for this CPU's vector width (AVX-512, AVX2); then tuned for this CPU (measured
+    here) before transferred; then the largest budget; then the most similar CPU.
+
+    Budgets do not compare across CPUs: 64 trials per task measured on another CPU are not known to
+    beat 32 measured here (issue 27), and a database seeded from a transferred one holds its schedules
+    measured here, so it loses nothing by being preferred."""
     return sorted(
         found,
-        key=lambda d: (same_vector_width(d, target), d.trials_per_task or 0.0, not d.transferred, _likeness(d, target)),
+        key=lambda d: (same_vector_width(d, target), not d.transferred, d.trials_per_task or 0.0, _likeness(d, target)),
         reverse=True,
     )
 
@@ -203,8 +210,13 @@ def choose(
             why = "the only database for this model"
         else:
             others = "; ".join(f"{d.path.name} ({d.origin}, {d.budget_text})" for d in ranked[1:])
-            width = f"tuned for {machine.vector_width_bits(target)}-bit vectors like this CPU's, " if same_vector_width(best, target) else ""
-            why = f"{width}the largest budget of {len(ranked)} candidates (also found: {others})"
+            if not best.transferred:
+                here = sum(not d.transferred for d in ranked)
+                why = (f"tuned for this CPU (its schedules were timed here), the largest budget of the {here} such "
+                       f"among {len(ranked)} candidates (also found: {others})")
+            else:
+                width = f"tuned for {machine.vector_width_bits(target)}-bit vectors like this CPU's, " if same_vector_width(best, target) else ""
+                why = f"none was tuned for this CPU; {width}the largest budget of {len(ranked)} candidates (also found: {others})"
         if budget is not None:
             why += f", at the budget asked for ({budget:g} trials/task)"
         return replace(best, reason=why)

@@ -82,7 +82,7 @@ def test_a_test_runs_database_is_never_used_in_full_mode(tiny_imported, places, 
     assert databases.candidates("tiny", target) == []
 
 
-def test_choose_takes_the_largest_budget_and_this_cpu_on_a_tie(tiny_imported, tiny_db, places, retarget):
+def test_choose_takes_one_tuned_for_this_cpu_first_then_the_largest_budget(tiny_imported, tiny_db, places, retarget):
     import shutil
 
     target = machine.cpu_target()
@@ -95,13 +95,18 @@ def test_choose_takes_the_largest_budget_and_this_cpu_on_a_tie(tiny_imported, ti
     _set_budget(shipped, 16)
     _set_budget(own, 32)
     _set_budget(foreign, 64)
-    best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
-    assert best.path == foreign and best.transferred and "largest budget of 3" in best.reason
-    assert best.label() == f"transferred from {_other_cpu()}, {target.attrs['num-cores']} cores (shipped, 64 trials/task)"
-    _set_budget(own, 64)  # a tie: this CPU's own wins
+    # 64 trials per task timed on another CPU are not known to beat 32 timed here: this CPU's, largest budget
     best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
     assert best.path == own and not best.transferred and best.origin == databases.YOURS
+    assert "tuned for this CPU" in best.reason and "of the 2 such among 3 candidates" in best.reason
     assert best.label().startswith("tuned for this CPU")
+    shutil.rmtree(own)
+    shutil.rmtree(shipped)  # none tuned here: the transferred one, labelled so
+    best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    assert best.path == foreign and best.transferred and best.reason == "the only database for this model"
+    assert best.label() == f"transferred from {_other_cpu()}, {target.attrs['num-cores']} cores (shipped, 64 trials/task)"
+    shutil.copytree(tiny_db, shipped)
+    _set_budget(shipped, 16)
     # Equal budgets on request: only databases tuned with exactly that budget.
     assert databases.choose("tiny", tiny_imported, target, tune_if_missing=False, budget=16).path == shipped
     with pytest.raises(TuningDatabaseError, match="tuned with 8 trials per task"):
