@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,15 +161,18 @@ def compile_model(
     imported: ImportedModel,
     target: tvm.target.Target | None = None,
     pipeline: str | tvm.transform.Pass = "default",
+    pass_config: dict[str, object] | None = None,
 ) -> CompiledModel:
     """tvm.compile the imported module for ``target`` (default: this CPU) and load it to run.
 
-    To only generate code for a device this machine lacks (CUDA without a GPU),
+    ``pass_config`` holds pass-context options for the build (e.g. ``{"relax.backend.use_cuda_graph":
+    True}``). To only generate code for a device this machine lacks (CUDA without a GPU),
     call ``tvm.compile`` directly: there is nothing to load it on.
     """
     target = target or cpu_target()
     device_for(target)  # fail before a long compile when the device is missing
-    executable = tvm.compile(imported.mod, target=target, relax_pipeline=pipeline)
+    with tvm.transform.PassContext(config=pass_config) if pass_config else contextlib.nullcontext():
+        executable = tvm.compile(imported.mod, target=target, relax_pipeline=pipeline)
     return load_executable(executable, imported, target)
 
 

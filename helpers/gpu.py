@@ -14,6 +14,7 @@ a GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import platform
@@ -29,9 +30,9 @@ import tvm
 from tvm import relax
 from tvm.s_tir import dlight as dl
 
-from . import dynamic, machine, models, timing
+from . import dynamic, machine, models, peers, timing
 from .benchmark import save_record, slug
-from .build import CompiledModel, check_parity, compile_model
+from .build import CompiledModel, check_parity, compile_model, relative_error
 from .config import pick
 from .errors import CourseError, NoGPUError
 
@@ -46,6 +47,14 @@ TVM_GPU = "TVM DLight (GPU)"
 EAGER_GPU_NO_SYNC = "PyTorch eager (GPU), no sync"
 EAGER_GPU_RESIDENT = "PyTorch eager (GPU, input already there)"
 COMPILE_GPU = "torch.compile (GPU)"
+COMPILE_GPU_GRAPHS = "torch.compile + CUDA graphs (GPU)"
+FROZEN_GPU_GRAPHS = "torch.compile, freezing + CUDA graphs (GPU)"
+TVM_GPU_GRAPH = "TVM DLight + CUDA graph (GPU)"
+# PyTorch's ways to run a model on the GPU, from the default to what PyTorch recommends for inference
+# (BatchNorm folded, every launch of a call recorded once as a CUDA graph and replayed with one launch).
+PYTORCH_GPU = (EAGER_GPU, COMPILE_GPU, COMPILE_GPU_GRAPHS, FROZEN_GPU_GRAPHS)
+# TVM's pass-context option that records the VM's kernel launches as a CUDA graph on the first call.
+CUDA_GRAPH_CONFIG = {"relax.backend.use_cuda_graph": True}
 
 # DLight's GPU rules in the order TVM's default CUDA pipeline tries them.
 DLIGHT_RULES = (dl.gpu.Matmul, dl.gpu.GEMV, dl.gpu.Reduction, dl.gpu.GeneralReduction, dl.gpu.Fallback)
@@ -217,7 +226,7 @@ def measure_crossover(
     """CPU and GPU, PyTorch and TVM, host to host, interleaved at each batch size.
 
     One more GPU row has its input already on the GPU: the difference to the
-    host-to-host row is what the copies cost.
+    host-to-host row is what the copies cost. PyTorch is held to float32, as TVM is.
 
     Untuned TVM on the CPU runs on one core and takes seconds per call at large
     batches, so it is measured only up to ``tvm_cpu_max_batch``.
@@ -235,42 +244,117 @@ def measure_crossover(
         if batch <= tvm_cpu_max_batch:
             backends[TVM_CPU] = tvm_host_runner(builds.tvm_cpu, x)
         start = time.perf_counter()
-        results += timing.measure(backends, batch=batch, warmup=2, repeats=repeats, sync=cuda_sync)
+        with float32_only():
+            results += timing.measure(backends, batch=batch, warmup=2, repeats=repeats, sync=cuda_sync)
         if progress:
             progress(f"batch {batch:4d}: {len(backends)} backends in {time.perf_counter() - start:5.1f} s")
     return results
 
 
-def measure_gpu_backends(model: torch.nn.Module, batch: int = 1, repeats: int | None = None) -> list[timing.Timing]:
-    """At one batch size, input already on the GPU: eager (with and without sync), torch.compile, TVM with DLight.
+@contextlib.contextmanager
+def float32_only():
+    """PyTorch held to float32 on the GPU, as TVM computes: TF32 off for cuDNN's convolutions (on by
+    default, a 10-bit mantissa: another function, and a faster one) and for cuBLAS's matrix products."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def torch_gpu_peers(model: torch.nn.Module, x: torch.Tensor) -> peers.Peers:
+    """Every PyTorch of ``PYTORCH_GPU`` on the GPU, input already there, each on its own copy of the model,
+    compiled by its first calls (seconds kept) and checked against eager. A mode that fails to compile or
+    to match is left out with its reason (``missing``), so one broken mode does not cost the others."""
+    builds = {
+        COMPILE_GPU: lambda m: torch.compile(m),
+        COMPILE_GPU_GRAPHS: lambda m: torch.compile(m, mode="reduce-overhead"),
+        FROZEN_GPU_GRAPHS: lambda m: peers.FrozenCompiled(m, {"triton.cudagraphs": True}),
+    }
+    result = peers.Peers({EAGER_GPU: torch_resident_runner(torch_on_device(model, "cuda"), x, "cuda")})
+    expected = result.runners[EAGER_GPU]().cpu().numpy()
+    for label, build in builds.items():
+        try:
+            run = torch_resident_runner(build(torch_on_device(model, "cuda")), x, "cuda")
+            start = time.perf_counter()
+            for _ in range(3):  # CUDA graph trees record on the second or third call
+                out = run().cpu().numpy()  # a replayed graph's output is overwritten by the next replay
+            result.compile_s[label] = time.perf_counter() - start
+            error = relative_error(out, expected)
+        except Exception as err:  # any compile failure: reported with its first line, the others still timed
+            result.missing[label] = f"{label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+            continue
+        if not error <= peers.RTOL:
+            result.missing[label] = f"{label} differs from eager: relative error {error:.2e} > {peers.RTOL:.0e}"
+            continue
+        result.runners[label] = run
+    return result
+
+
+def compile_with_cuda_graph(imported: models.ImportedModel, target: tvm.target.Target) -> CompiledModel:
+    """TVM's default GPU build with ``CUDA_GRAPH_CONFIG``: the first call records the kernel launches as a CUDA
+    graph, and every later call replays it with one launch. Checked on a second input too, since a
+    replay that read the first call's input would still match on that one."""
+    return compile_model(imported, target, pass_config=CUDA_GRAPH_CONFIG)
+
+
+def tvm_gpu_builds(model: torch.nn.Module, x: torch.Tensor) -> peers.Peers:
+    """TVM with DLight on the GPU, plain and with a CUDA graph, each checked against PyTorch on ``x`` and on a
+    second input (build seconds kept); the CUDA-graph build is left out with its reason if it fails."""
+    imported = models.import_to_relax(model, x)
+    other = models.example_input(x.shape[0], seed=1)
+    result = peers.Peers({})
+    for label, build in ((TVM_GPU, compile_model), (TVM_GPU_GRAPH, compile_with_cuda_graph)):
+        start = time.perf_counter()
+        try:
+            compiled = build(imported, machine.cuda_target())
+            for example in (x, other, x):
+                check_parity(compiled, model, example)
+        except Exception as err:
+            if label == TVM_GPU:
+                raise
+            result.missing[label] = f"{label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+            continue
+        result.compile_s[label] = time.perf_counter() - start
+        result.runners[label] = timing.tvm_runner(compiled, x)
+    return result
+
+
+def fastest_pytorch(timings: Sequence[timing.Timing]) -> str:
+    """The label of the fastest PyTorch on the GPU (by median) among the timings: the peer TVM is held to."""
+    medians = {t.label: t.median_ms for t in timings if t.label in PYTORCH_GPU}
+    if not medians:
+        raise ValueError(f"No PyTorch GPU timing among {sorted({t.label for t in timings})}.")
+    return min(medians, key=medians.__getitem__)
+
+
+def measure_gpu_backends(
+    model: torch.nn.Module, batch: int = 1, repeats: int | None = None, progress: Callable[[str], None] | None = print
+) -> list[timing.Timing]:
+    """At one batch size, input already on the GPU, PyTorch held to float32 as TVM is, interleaved: every
+    PyTorch of ``PYTORCH_GPU`` and TVM with DLight, plain and with a CUDA graph; then eager without sync.
 
     The no-sync row is the classic mistake, kept to show what it measures: the launch, not the work.
     """
     machine.require_gpu("GPU backends")
     repeats = repeats or pick(50, 10)
     x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
-    tvm_gpu = compile_model(imported, machine.cuda_target())
-    check_parity(tvm_gpu, model, x)
-    on_gpu = torch_on_device(model, "cuda")
-    compiled = torch.compile(on_gpu)
-    torch_resident_runner(compiled, x, "cuda")()  # compiles on the first call
-    cuda_sync()
-    synced = timing.measure(
-        {
-            EAGER_GPU: torch_resident_runner(on_gpu, x, "cuda"),
-            COMPILE_GPU: torch_resident_runner(compiled, x, "cuda"),
-            TVM_GPU: timing.tvm_runner(tvm_gpu, x),
-        },
-        batch=batch,
-        warmup=5,
-        repeats=repeats,
-        sync=cuda_sync,
-    )
-    (unsynced,) = timing.measure(
-        {EAGER_GPU_NO_SYNC: torch_resident_runner(on_gpu, x, "cuda")}, batch=batch, warmup=5, repeats=repeats
-    )
-    cuda_sync()
+    with float32_only():
+        torch_side, tvm_side = torch_gpu_peers(model, x), tvm_gpu_builds(model, x)
+        for side in (torch_side, tvm_side):
+            for label, seconds in side.compile_s.items():
+                progress and progress(f"{label}: built and checked in {seconds:.1f} s")
+            for reason in side.missing.values():
+                progress and progress(f"left out: {reason}")
+        cuda_sync()
+        synced = timing.measure(
+            {**torch_side.runners, **tvm_side.runners}, batch=batch, warmup=5, repeats=repeats, sync=cuda_sync
+        )
+        (unsynced,) = timing.measure(
+            {EAGER_GPU_NO_SYNC: torch_side.runners[EAGER_GPU]}, batch=batch, warmup=5, repeats=repeats
+        )
+        cuda_sync()
     return synced + [unsynced]
 
 

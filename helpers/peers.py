@@ -52,13 +52,14 @@ class FrozenCompiled(torch.nn.Module):
     The option is passed too, because it makes this compile's backend differ from a plain one's: Dynamo
     caches compiled code on ``forward``'s code object and serves it to any torch.compile with an equal
     backend, so without it a second compile of one model silently ran the first one's code.
+    ``options`` adds other Inductor options (on a GPU, ``{"triton.cudagraphs": True}``: CUDA graphs too).
     """
 
-    def __init__(self, module: torch.nn.Module):
+    def __init__(self, module: torch.nn.Module, options: Mapping[str, object] | None = None):
         import torch._inductor.config  # noqa: F401  (for the patch in forward)
 
         super().__init__()
-        self.compiled = torch.compile(module, options={"freezing": True})
+        self.compiled = torch.compile(module, options={"freezing": True, **(options or {})})
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode(), torch._inductor.config.patch(freezing=True):

@@ -100,6 +100,8 @@ def plot_speedups(timings: Sequence[Timing], baseline: str, title: str = "Speedu
     speedups = [base[t.batch] / t.median_ms for t in others]
     bars = ax.bar(labels, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
     ax.bar_label(bars, fmt="%.2fx")
+    if sum(len(label) for label in labels) > 90:  # long names side by side would overlap
+        plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     ax.axhline(1.0, color="black", linewidth=1)
     ax.set_ylabel(f"speedup over {baseline} (x)")
     ax.set_title(title)

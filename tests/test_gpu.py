@@ -48,6 +48,36 @@ def test_cuda_source_of_a_build_without_a_gpu(tiny_imported, cuda):
         gpu.cuda_source(cpu_only)
 
 
+def test_a_cuda_graph_build_records_and_replays_its_launches(tiny_imported, cuda):
+    """TVM's pass-context option reaches the VM: the build calls the capture-or-replay builtin."""
+    with tvm.transform.PassContext(config=gpu.CUDA_GRAPH_CONFIG):
+        graphed = tvm.compile(tiny_imported.mod, target=cuda).as_text()
+    plain = tvm.compile(tiny_imported.mod, target=cuda).as_text()
+    assert "vm.builtin.cuda_graph.run_or_capture" in graphed
+    assert "cuda_graph" not in plain
+
+
+def test_the_peer_on_the_gpu_is_the_fastest_pytorch_whatever_tvm_does():
+    rows = [timing.Timing(label, 1, [ms]) for label, ms in (
+        (gpu.EAGER_GPU, 4.0), (gpu.COMPILE_GPU, 2.7), (gpu.COMPILE_GPU_GRAPHS, 0.9),
+        (gpu.FROZEN_GPU_GRAPHS, 1.1), (gpu.TVM_GPU, 1.0), (gpu.TVM_GPU_GRAPH, 0.3))]
+    assert gpu.fastest_pytorch(rows) == gpu.COMPILE_GPU_GRAPHS
+    assert gpu.fastest_pytorch(rows[:2] + rows[4:]) == gpu.COMPILE_GPU  # only the modes timed count
+    with pytest.raises(ValueError, match="No PyTorch"):
+        gpu.fastest_pytorch(rows[4:])
+
+
+def test_float32_only_turns_tf32_off_and_restores_the_learners_choice():
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+        with gpu.float32_only():
+            assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.mark.timed
 def test_simulated_gpu_returns_before_the_work_and_sync_waits_for_it():
     with gpu.SimulatedGPU(work_ms=30, first_launch_ms=50) as device:
@@ -89,7 +119,9 @@ def test_the_shipped_recording_names_its_gpu_and_covers_the_sweep():
         assert {gpu.EAGER_CPU, gpu.EAGER_GPU, gpu.TVM_CPU, gpu.TVM_GPU} <= labels
         batches = sorted({t.batch for t in rec.crossover if t.label == gpu.EAGER_GPU})
         assert batches[0] == 1 and batches[-1] >= 64
-        assert {t.label for t in rec.gpu_backends} >= {gpu.EAGER_GPU, gpu.COMPILE_GPU, gpu.TVM_GPU, gpu.EAGER_GPU_NO_SYNC}
+        # every PyTorch a GPU user would pick, so that the peer is the fastest of them, and both TVM builds
+        assert {t.label for t in rec.gpu_backends} == {*gpu.PYTORCH_GPU, gpu.TVM_GPU, gpu.TVM_GPU_GRAPH,
+                                                       gpu.EAGER_GPU_NO_SYNC}
 
 
 @pytest.mark.skipif(ON_GPU, reason="this machine has a GPU")
@@ -101,6 +133,13 @@ def test_gpu_measurements_without_a_gpu_say_so(tiny_model):
     if not torch.cuda.is_available():
         with pytest.raises(NoGPUError, match="CUDA"):
             gpu.torch_on_device(tiny_model, "cuda")
+
+
+@pytest.mark.skipif(not ON_GPU, reason="needs an NVIDIA GPU")
+def test_every_gpu_backend_on_a_real_gpu_matches_and_is_timed(tiny_model):
+    results = gpu.measure_gpu_backends(tiny_model, repeats=3, progress=None)
+    assert {t.label for t in results} == {*gpu.PYTORCH_GPU, gpu.TVM_GPU, gpu.TVM_GPU_GRAPH, gpu.EAGER_GPU_NO_SYNC}
+    assert torch.backends.cudnn.allow_tf32, "float32_only gave TF32 back to cuDNN afterwards"
 
 
 @pytest.mark.skipif(not ON_GPU, reason="needs an NVIDIA GPU")
