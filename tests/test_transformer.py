@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+import tvm
 from tvm import relax
 
 from helpers import build, databases, ir, machine, peers, transformer, tuning
@@ -165,7 +166,12 @@ def test_tuning_only_the_static_kernels_of_a_symbolic_step_keeps_its_tokens(smal
     tasks = tuning._tasks(tuning._prepare(decode.mod, TARGET, prepack=False), TARGET)
     db = tuning._load_database(tmp_path / "db")
     assert all(tuning.is_static(t.dispatched[0]) for t in tasks if db.has_workload(t.dispatched[0]))
-    compiled = tuning.compile_tuned(decode, TARGET, tmp_path / "db")
+    # each Linear's weight transposed for its matmul reads weights only: lifted, it runs once at load
+    plain = tuning.apply_database(decode.mod, TARGET, tmp_path / "db")
+    lifted = tuning.apply_database(decode.mod, TARGET, tmp_path / "db", lift=True)
+    assert _weight_only_calls(plain) >= SMALL.layers and _weight_only_calls(lifted) == 0
+    assert "main_transform_params" in {g.name_hint for g in lifted.get_global_vars()}
+    compiled = tuning.compile_tuned(decode, TARGET, tmp_path / "db")  # lifts, and runs the lifted part once
     decoder = transformer.Decoder(compiled)
     prompt = transformer.tokens(5, SMALL.vocab, seed=6)
     prefill_step, decode_step = transformer.tvm_steps(prefill, decoder)
@@ -175,3 +181,18 @@ def test_tuning_only_the_static_kernels_of_a_symbolic_step_keeps_its_tokens(smal
         logits, cache = decode_step(found[-1], position, cache)
         found.append(int(logits[0, -1].argmax()))
     assert found == transformer.tokens_without_cache(small, prompt, 7)
+
+
+def _weight_only_calls(mod) -> int:
+    """How many kernels ``main`` calls on weights alone (its parameters after ``num_input``)."""
+    main = mod["main"]
+    weights = set(main.params[int(main.attrs["num_input"]):])
+    call_tir = tvm.ir.Op.get("relax.call_tir")
+    count = 0
+    for block in main.body.blocks:
+        for binding in block.bindings:
+            value = binding.value
+            if isinstance(value, relax.Call) and value.op == call_tir:
+                args = list(value.args[1].fields)
+                count += bool(args) and all(arg in weights for arg in args)
+    return count

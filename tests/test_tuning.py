@@ -280,7 +280,7 @@ def test_compile_tuned_reuses_its_build_until_the_database_changes(imported, mod
     monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path / "cache")
     builds = []
     build_tuned = tuning.build_tuned
-    monkeypatch.setattr(tuning, "build_tuned", lambda *args: builds.append(args) or build_tuned(*args))
+    monkeypatch.setattr(tuning, "build_tuned", lambda *args, **kw: builds.append(args) or build_tuned(*args, **kw))
     mod, params = imported
     model_in = ImportedModel(mod, params, tuple(example.shape), "float32")
     first = tuning.compile_tuned(model_in, target, tuned["dir"])
