@@ -13,7 +13,7 @@ import functools
 import hashlib
 import io
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +153,18 @@ def expected_input(model: torch.nn.Module, example: torch.Tensor) -> Expected | 
 def _first_line(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     return lines[0] if lines else type(err).__name__
+
+
+@contextlib.contextmanager
+def quiet(logger: str) -> Iterator[None]:
+    """Only errors from ``logger`` while the block runs: harmless warnings would show as red stderr in a notebook."""
+    log = logging.getLogger(logger)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 @contextlib.contextmanager

@@ -20,10 +20,8 @@ the instruction to work on), the stem and the classifier stay float32.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -299,7 +297,7 @@ def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: 
     """
     import warnings
 
-    with _quiet("torch.utils._pytree"):  # torchao 0.18 registers an Enum the old way, which torch warns about
+    with models.quiet("torch.utils._pytree"):  # torchao 0.18 registers an Enum the old way, which torch warns about
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
         from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
             X86InductorQuantizer,
@@ -316,21 +314,9 @@ def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: 
                 for image in batch.split(example.shape[0]):
                     prepared(image)
         frozen = peers.FrozenCompiled(convert_pt2e(prepared))
-        with _quiet("torch.utils.cpp_extension"):  # Inductor's "No CUDA runtime is found" on a machine without a GPU
+        with models.quiet("torch.utils.cpp_extension"):  # Inductor's "No CUDA runtime is found" on a machine without a GPU
             frozen(example)  # compiles here, not in the first timed call
     return frozen
-
-
-@contextlib.contextmanager
-def _quiet(logger: str) -> Iterator[None]:
-    """Only errors from ``logger`` while the block runs: harmless warnings would show as red stderr in a notebook."""
-    log = logging.getLogger(logger)
-    level = log.level
-    log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        log.setLevel(level)
 
 
 def database_model(target: tvm.target.Target) -> str:

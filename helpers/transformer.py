@@ -168,11 +168,14 @@ def tokens(length: int, vocab: int = GPTConfig.vocab, seed: int = 0) -> torch.Te
 # ------------------------------------------------------------------ import
 
 
-def _import(module: nn.Module, inputs: tuple, dynamic_shapes=None, decompose: bool = True) -> tuple[tvm.IRModule, list]:
-    """torch.export -> Relax with the weights detached; ``decompose=False`` keeps ``R.nn.attention`` whole."""
+def _import(module: nn.Module, inputs: tuple, dynamic_shapes=None, decompose: bool = True,
+            custom_convert_map: dict | None = None) -> tuple[tvm.IRModule, list]:
+    """torch.export -> Relax with the weights detached; ``decompose=False`` keeps ``R.nn.attention`` whole;
+    ``custom_convert_map`` replaces the importer's converters of some operators (``hugging_face``)."""
     with torch.no_grad(), torch_logs_held():
         program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
-    mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=decompose)
+    mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=decompose,
+                                custom_convert_map=custom_convert_map)
     mod, params = relax.frontend.detach_params(mod)
     return mod, list(params.get("main", []))
 
