@@ -283,7 +283,7 @@ def torch_gpu_peers(model: torch.nn.Module, x: torch.Tensor) -> peers.Peers:
             result.compile_s[label] = time.perf_counter() - start
             error = relative_error(out, expected)
         except Exception as err:  # any compile failure: reported with its first line, the others still timed
-            result.missing[label] = f"{label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+            result.missing[label] = peers.why_missing(label, err)
             continue
         if not error <= peers.RTOL:
             result.missing[label] = f"{label} differs from eager: relative error {error:.2e} > {peers.RTOL:.0e}"
@@ -294,8 +294,8 @@ def torch_gpu_peers(model: torch.nn.Module, x: torch.Tensor) -> peers.Peers:
 
 def compile_with_cuda_graph(imported: models.ImportedModel, target: tvm.target.Target) -> CompiledModel:
     """TVM's default GPU build with ``CUDA_GRAPH_CONFIG``: the first call records the kernel launches as a CUDA
-    graph, and every later call replays it with one launch. Checked on a second input too, since a
-    replay that read the first call's input would still match on that one."""
+    graph, and every later call replays it with one launch. Check it on a second input too (``tvm_gpu_builds``
+    does): a replay that read the first call's input would still match on that one."""
     return compile_model(imported, target, pass_config=CUDA_GRAPH_CONFIG)
 
 
@@ -314,7 +314,7 @@ def tvm_gpu_builds(model: torch.nn.Module, x: torch.Tensor) -> peers.Peers:
         except Exception as err:
             if label == TVM_GPU:
                 raise
-            result.missing[label] = f"{label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+            result.missing[label] = peers.why_missing(label, err)
             continue
         result.compile_s[label] = time.perf_counter() - start
         result.runners[label] = timing.tvm_runner(compiled, x)
@@ -342,11 +342,11 @@ def measure_gpu_backends(
     x = models.example_input(batch)
     with float32_only():
         torch_side, tvm_side = torch_gpu_peers(model, x), tvm_gpu_builds(model, x)
-        for side in (torch_side, tvm_side):
+        for side in (torch_side, tvm_side) if progress else ():
             for label, seconds in side.compile_s.items():
-                progress and progress(f"{label}: built and checked in {seconds:.1f} s")
+                progress(f"{label}: built and checked in {seconds:.1f} s")
             for reason in side.missing.values():
-                progress and progress(f"left out: {reason}")
+                progress(f"left out: {reason}")
         cuda_sync()
         synced = timing.measure(
             {**torch_side.runners, **tvm_side.runners}, batch=batch, warmup=5, repeats=repeats, sync=cuda_sync

@@ -33,6 +33,11 @@ class PeerUnavailable(RuntimeError):
     """A peer that cannot be built for this model (e.g. ONNX export fails): reported, not fatal."""
 
 
+def why_missing(label: str, err: BaseException) -> str:
+    """One line on why a peer is left out: its label, the error's type and the first line of its message."""
+    return f"{label}: {type(err).__name__}: {(str(err).strip().splitlines() or [''])[0]}"
+
+
 @dataclass
 class Peers:
     """Runners that matched eager, the seconds each took to compile (its first call), and why any is missing."""
@@ -93,8 +98,7 @@ def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callab
         session = ort.InferenceSession(proto, options,
                                        providers=["CPUExecutionProvider"])
     except Exception as err:  # any exporter or loader failure: the peer is absent, with the reason
-        reason = (str(err).strip().splitlines() or [""])[0]
-        raise PeerUnavailable(f"{ORT}: {type(err).__name__}: {reason}") from err
+        raise PeerUnavailable(why_missing(ORT, err)) from err
     seconds = time.perf_counter() - start
     feed = {session.get_inputs()[0].name: x.numpy()}
 
