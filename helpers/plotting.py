@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -95,16 +97,18 @@ def plot_speedups(timings: Sequence[Timing], baseline: str, title: str = "Speedu
     if not base:
         raise ValueError(f"No timing labelled {baseline!r}; labels are {sorted({t.label for t in timings})}.")
     others = [t for t in timings if t.batch in base]
-    fig, ax = plt.subplots(figsize=(8, 3.5))
     labels = [f"{t.label} (b={t.batch})" if len(base) > 1 else t.label for t in others]
+    crowded = sum(len(label) for label in labels) > 90  # long names side by side would overlap: slant them
+    fig, ax = plt.subplots(figsize=(8, 4.8 if crowded else 3.5))
     speedups = [base[t.batch] / t.median_ms for t in others]
     bars = ax.bar(labels, speedups, color=["tab:green" if s >= 1 else "tab:red" for s in speedups])
     ax.bar_label(bars, fmt="%.2fx")
-    if sum(len(label) for label in labels) > 90:  # long names side by side would overlap
+    if crowded:
         plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
     ax.axhline(1.0, color="black", linewidth=1)
-    ax.set_ylabel(f"speedup over {baseline} (x)")
-    ax.set_title(title)
+    ax.set_ylabel(textwrap.fill(f"speedup over {baseline} (x)", 40))  # a long peer's name on several lines
+    ax.set_ylim(0, max(speedups + [1.0]) * 1.15)  # room for the bar labels above the tallest bar
+    ax.set_title(textwrap.fill(title, 80))
     fig.tight_layout()
     return fig
 
