@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import textwrap
-
 from collections import defaultdict
 from collections.abc import Sequence
 

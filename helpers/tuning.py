@@ -830,7 +830,7 @@ def compile_tuned(
     Whatever reads the weights only (prepacking, a ``Linear``'s transposed weight: ``apply_database``'s
     ``lift``) goes to ``main_transform_params``, which runs once here, as a deployed model would run it
     once at start-up; the model is then called like any other. (Left in ``main``, TinyGPT's decoding
-    step spent 0.34 of its 0.47 ms transposing its weights, on the Intel Xeon.)
+    step spent about 0.30 of its 0.47 ms transposing its weights, on the Intel Xeon.)
     The build is kept in the course's compile cache (``helpers.cache``), keyed by
     the module, the target, the database's contents and the code that fuses and
     applies it (this module and ``build``), so a second call with

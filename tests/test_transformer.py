@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 import torch
-import tvm
 from tvm import relax
 
 from helpers import build, databases, ir, machine, peers, transformer, tuning
@@ -187,12 +186,5 @@ def _weight_only_calls(mod) -> int:
     """How many kernels ``main`` calls on weights alone (its parameters after ``num_input``)."""
     main = mod["main"]
     weights = set(main.params[int(main.attrs["num_input"]):])
-    call_tir = tvm.ir.Op.get("relax.call_tir")
-    count = 0
-    for block in main.body.blocks:
-        for binding in block.bindings:
-            value = binding.value
-            if isinstance(value, relax.Call) and value.op == call_tir:
-                args = list(value.args[1].fields)
-                count += bool(args) and all(arg in weights for arg in args)
-    return count
+    return sum(all(arg in weights for arg in call.args[1].fields) for call in ir.calls(mod, "call_tir")
+               if call.args[1].fields)
