@@ -579,6 +579,17 @@ def time_saved_ms(rows: Sequence[dict], offload: Sequence[str], overhead_ms: flo
     return saved
 
 
+def choose_offload(rows: Sequence[dict], overhead_ms: float) -> list[str]:
+    """The rows of a dispatch table worth offloading, sorted by name.
+
+    A row is worth it when the library's time plus ``calls × overhead_ms`` is below TVM's:
+    each row's saving (``time_saved_ms``) does not depend on the others, so these rows
+    together save the most. Rows the library cannot run (``library_ms`` None) stay.
+    """
+    return sorted(r["kernel"] for r in rows
+                  if r["library_ms"] is not None and r["library_ms"] + r["calls"] * overhead_ms < r["tvm_ms"])
+
+
 def random_conv_problem(shape: tuple[int, int, int, int], c_out: int, kernel: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Seeded (data, weight) arrays for a dense convolution, for tests and the notebook's checks."""
     rng = np.random.default_rng(seed)

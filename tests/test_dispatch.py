@@ -244,6 +244,21 @@ def test_time_saved_counts_overhead_per_call_and_refuses_bad_rows():
         dispatch.time_saved_ms(rows, ["c"], 0.1)
 
 
+def test_choose_offload_pays_the_overhead_per_call_and_skips_what_the_library_cannot_run():
+    table = [dict(kernel="pointwise", calls=17, tvm_ms=1.20, library_ms=1.00),   # 0.2 ms faster, but 17 calls x 0.02 ms
+             dict(kernel="stem", calls=1, tvm_ms=0.90, library_ms=0.60),
+             dict(kernel="dense3x3", calls=16, tvm_ms=20.0, library_ms=12.0),
+             dict(kernel="depthwise", calls=17, tvm_ms=3.0, library_ms=None),
+             dict(kernel="classifier", calls=1, tvm_ms=0.10, library_ms=0.10)]
+    assert dispatch.choose_offload(table, 0.02) == ["dense3x3", "stem"]
+    assert dispatch.choose_offload(table, 0.0) == ["dense3x3", "pointwise", "stem"]
+    assert dispatch.choose_offload(table, 0.5) == []
+    assert dispatch.choose_offload([], 0.01) == []
+    best = dispatch.time_saved_ms(table, dispatch.choose_offload(table, 0.02), 0.02)
+    for other in (["dense3x3"], ["dense3x3", "pointwise", "stem"], ["stem"]):
+        assert dispatch.time_saved_ms(table, other, 0.02) < best
+
+
 def test_a_dispatched_call_writes_into_the_output_it_is_given():
     x, w = dispatch.random_conv_problem((1, 4, 6, 6), 5, 3, seed=2)
     bb = relax.BlockBuilder()

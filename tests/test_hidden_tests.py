@@ -377,16 +377,15 @@ def test_day10_hidden_tests_alone_catch_a_backend_run_on_the_first_input_only():
 
 DAY13 = "day13_dispatch"
 
-from helpers.errors import CourseError  # noqa: E402  (Day 13's library and table checks raise it)
-
 
 def _day13_namespace(**extra) -> dict:
+    import tvm_ffi
     from tvm import relax, te, topi
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
     from helpers import dispatch, ir, machine
 
-    names = dict(np=np, torch=torch, tvm=tvm, relax=relax, te=te, topi=topi, is_op=is_op, wildcard=wildcard,
+    names = dict(np=np, torch=torch, tvm=tvm, tvm_ffi=tvm_ffi, relax=relax, te=te, topi=topi, is_op=is_op, wildcard=wildcard,
                  rewrite_call=rewrite_call, build=build, dispatch=dispatch, ir=ir, models=models,
                  target=machine.cpu_target())
     return names | extra
@@ -413,7 +412,7 @@ def _dwconv(clip_high: bool = True, use_stride: bool = True, use_bias: bool = Tr
 
 def test_day13_solutions_pass_their_tests():
     for solution, tests in [("dwconv_bias_relu6", "test_dwconv_bias_relu6"), ("offload_conv_relu", "test_offload_conv_relu"),
-                            ("choose_offload", "test_choose_offload")]:
+                            ("offload_linear", "test_offload_linear")]:
         namespace = _day13_namespace()
         exec(_cell(DAY13, solution), namespace)
         exec(_cell(DAY13, tests), namespace)
@@ -474,30 +473,56 @@ def test_day13_hidden_rewrite_tests_alone_catch_fixed_attributes():
         exec(hidden, namespace)
 
 
-def _ignores_overhead(rows, overhead_ms):
-    return sorted(r["kernel"] for r in rows if r["library_ms"] is not None and r["library_ms"] < r["tvm_ms"])
+def _linear(write_out: bool = True, any_matmul: bool = False, batch_one: bool = False, with_bias: bool = True):
+    """Exercise 3's two halves with one mistake: a result returned instead of written, any matmul + add
+    taken (a plain ``x @ W`` read as a transposed weight), the visible batch of 1 built into the output
+    type, or the bias left out of the call."""
+    import tvm_ffi
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    @tvm_ffi.register_global_func("day13.linear", override=True)
+    def day13_linear(*args):
+        x, weight, out = (torch.from_dlpack(a) for a in (args[0], args[1], args[-1]))
+        bias = torch.from_dlpack(args[2]) if with_bias else torch.zeros(weight.shape[0])
+        result = torch.addmm(bias, x, weight.t())
+        if not write_out:
+            return result
+        out.copy_(result)
+
+    def offload_linear(mod):
+        x, weight, bias = wildcard(), wildcard(), wildcard()
+        matmul = is_op("relax.matmul")(x, weight if any_matmul else is_op("relax.permute_dims")(weight))
+        pattern = is_op("relax.add")(matmul, bias) if with_bias else matmul
+
+        def rewrite(expr, found):
+            w = found[weight]
+            if isinstance(w, relax.Call) and w.op.same_as(tvm.ir.Op.get("relax.permute_dims")):
+                w = w.args[0]
+            shape = (1, expr.ty.shape[1]) if batch_one else expr.ty.shape
+            args = [found[x], w] + ([found[bias]] if with_bias else [])
+            return relax.call_dps_packed("day13.linear", relax.Tuple(args), out_ty=relax.TensorType(shape, expr.ty.dtype))
+
+        new = mod.clone()
+        new["main"] = rewrite_call(pattern, rewrite, mod["main"])
+        return new
+
+    return offload_linear
 
 
-def _overhead_once_per_row(rows, overhead_ms):
-    return sorted(r["kernel"] for r in rows if r["library_ms"] is not None and r["library_ms"] + overhead_ms < r["tvm_ms"])
+@pytest.mark.parametrize("mistake", [dict(write_out=False), dict(with_bias=False), dict(any_matmul=True), dict(batch_one=True)])
+def test_day13_library_function_tests_catch_wrong_offloads(mistake):
+    with pytest.raises(Exception):  # a count, a parity error, or PyTorch refusing an output of the wrong shape
+        exec(_cell(DAY13, "test_offload_linear"), _day13_namespace(offload_linear=_linear(**mistake)))
 
 
-def _everything_faster(rows, overhead_ms):
-    return sorted(r["kernel"] for r in rows if (r["library_ms"] or 0.0) + r["calls"] * overhead_ms < r["tvm_ms"])
-
-
-@pytest.mark.parametrize("wrong", [_ignores_overhead, _overhead_once_per_row])
-def test_day13_hidden_decision_tests_alone_catch_a_misplaced_overhead(wrong):
-    visible, hidden = _parts(DAY13, "test_choose_offload")
-    namespace = _day13_namespace(choose_offload=wrong)
-    exec(visible, namespace)  # one call per kernel and a clear margin: the visible test cannot tell
-    with pytest.raises(AssertionError, match="the best choice"):
+@pytest.mark.parametrize("mistake, message", [(dict(any_matmul=True), "expected 1 calls"), (dict(batch_one=True), "Reshape expects")])
+def test_day13_hidden_library_function_tests_alone_catch_a_plain_matmul_and_a_built_in_batch(mistake, message):
+    visible, hidden = _parts(DAY13, "test_offload_linear")
+    namespace = _day13_namespace(offload_linear=_linear(**mistake))
+    exec(visible, namespace)  # Linears only, batch 1: the visible test cannot tell
+    with pytest.raises(Exception, match=message):
         exec(hidden, namespace)
-
-
-def test_day13_decision_tests_refuse_a_kernel_the_library_cannot_run():
-    with pytest.raises(CourseError, match="cannot be offloaded"):
-        exec(_cell(DAY13, "test_choose_offload"), _day13_namespace(choose_offload=_everything_faster))
 
 
 # ---------------------------------------------------------------- Day 12: int8
