@@ -285,6 +285,18 @@ class Decoder:
         logits, keys, values = self.compiled.vm["main"](*on_device, *caches, *self.compiled.params)
         return logits, keys, values
 
+    def decode_runner(self, prompt, token: int, cache) -> Callable[[], object]:
+        """One decoding step after ``prompt``, whose keys and values are ``cache``; the cache stays as it is."""
+        past = int(np.asarray(prompt).size)
+        on_device = [tvm.runtime.tensor(c.numpy(), self.compiled.device) for c in cache]
+
+        def run():
+            out = self.step(token, past, *on_device)
+            self.compiled.device.sync()
+            return out
+
+        return run
+
 
 def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = None,
                     database: databases.Database | None = None) -> Decoder:
@@ -315,28 +327,21 @@ def prefill_runners(model: TinyGPT, ids: torch.Tensor, tuned: CompiledModel, sym
     return runners, found.missing
 
 
-def decode_runners(model: TinyGPT, decoders: dict[str, Decoder], past: int) -> dict[str, Callable[[], object]]:
-    """One decoding step after ``past`` positions, eager and by each of ``decoders`` (label -> decoder),
-    as runners, each checked against eager first; the cache is not grown, so every call does the same work."""
-    generator = torch.Generator().manual_seed(past)  # a cache of random numbers: zeros would hide a wrong attention
-    keys, values = (torch.randn(c.shape, generator=generator) for c in empty_cache(model, past))
+def decode_runners(model: TinyGPT, decoders: dict, past: int) -> dict[str, Callable[[], object]]:
+    """One decoding step after ``past`` positions, eager and by each of ``decoders`` (label -> a ``Decoder``
+    or a ``paged_cache.PagedDecoder``), as runners, each checked against eager first. The past is a random
+    prompt's; the cache is not grown, so every call does the same work."""
+    prompt = tokens(past, model.config.vocab, seed=past)
+    with torch.inference_mode():
+        _, keys, values = model.prefill(prompt)
     token, position = torch.tensor([[7]]), torch.tensor([[past]])
 
     def eager():
         with torch.inference_mode():
             return model.decode(token, position, keys, values)
 
-    def compiled(decoder: Decoder) -> Callable[[], object]:
-        on_device = [tvm.runtime.tensor(c.numpy(), decoder.compiled.device) for c in (keys, values)]
-
-        def run():
-            out = decoder.step(7, past, *on_device)
-            decoder.compiled.device.sync()
-            return out
-
-        return run
-
-    runners = {peers.EAGER: eager, **{label: compiled(decoder) for label, decoder in decoders.items()}}
+    runners = {peers.EAGER: eager, **{label: decoder.decode_runner(prompt.numpy(), 7, (keys, values))
+                                      for label, decoder in decoders.items()}}
     peers.check_against_eager(runners, decoders)
     return runners
 
