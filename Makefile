@@ -55,7 +55,7 @@ site: env
 
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
 # Then Day 12's int8 comparison on MobileNetV2 (PyTorch fp32 and int8, TVM fp32 and int8 tuned), and
-# Day 14's small GPT (a tuned prefill bucket and a decoding step against PyTorch).
+# Day 14's small GPT (two tuned prefill buckets and a decoding step against PyTorch).
 benchmark: env
 	$(BIN)/python -m helpers.benchmark table $(MODELS)
 	$(BIN)/python -m helpers.benchmark int8

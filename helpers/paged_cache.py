@@ -35,6 +35,7 @@ PAGE_SIZE = 16  # tokens per page
 SEQUENCE = 0  # the one sequence the course's cache holds
 ROPE_NONE = 0  # RopeMode.NONE: TinyGPT learns its positions (GPT-2), the cache rotates nothing
 TOKEN_DTYPE = "int32"  # what nn.Embedding's lookup takes here
+LABEL = "TVM decode, paged cache"  # its decoding step, in tables beside transformer's
 
 
 class _Block(nn.Module):

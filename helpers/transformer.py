@@ -40,7 +40,8 @@ from .models import ImportedModel, torch_logs_held
 TOKEN_DTYPE = "int64"
 DYNAMIC, TUNED_BUCKET, SYMBOLIC = "torch.compile (dynamic)", "TVM bucket, tuned", "TVM, symbolic length"
 DECODE_TVM = "TVM decode, symbolic past"
-BUCKET = 64  # the prefill bucket whose tuning database ships with the course
+BUCKET = 64  # the prefill bucket Day 14 tunes and measures
+BUCKETS = (BUCKET, 128)  # the prefill buckets whose tuning databases ship (make benchmark measures each)
 BUCKET_PREFIX = "tinygpt_prefill"  # its database's model name, with the length appended
 DECODE_NAME = "tinygpt_decode"  # the decoding step's database (its static kernels)
 DECODE_TUNED = "TVM decode, static kernels tuned"

@@ -142,7 +142,7 @@ def test_shipped_int8_databases_match_their_name_and_keep_the_best_record_per_ke
 def test_shipped_transformer_databases_match_their_name_and_keep_the_best_record_per_kernel():
     """Day 14's databases (python -m helpers.transformer tune-prefill / tune-decode) have no curve of their own."""
     shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and _is_transformer(p)]
-    assert {p.name.split("-")[0] for p in shipped} >= {transformer.bucket_name(transformer.BUCKET), transformer.DECODE_NAME}
+    assert {p.name.split("-")[0] for p in shipped} >= {*map(transformer.bucket_name, transformer.BUCKETS), transformer.DECODE_NAME}
     for directory in shipped:
         summary = tuning.database_summary(directory)
         assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
@@ -186,15 +186,19 @@ def test_the_table_and_tuning_can_target_an_imitated_cpu_class(monkeypatch):
     assert benchmark.results_path(imitated, "md").name == f"benchmark-{avx2}-{machine.core_count()}cores.md"
 
 
-def test_format_transformer_has_prefill_and_decode_rows_against_eager_and_marks_noise():
+def test_format_transformer_has_rows_per_bucket_and_for_decode_against_eager_and_marks_noise():
     record = lambda median, iqr: {"median_ms": median, "iqr_ms": iqr, "repeats": 10}  # noqa: E731
-    result = {"model": "TinyGPT", "length": 64, "database": "tuned for this CPU",
-              "prefill": {"PyTorch eager": record(1.0, 0.01), "TVM bucket, tuned": record(0.5, 0.01),
-                          "torch.compile": record(0.8, 0.5)},
-              "decode": {"PyTorch eager": record(0.3, 0.01), "TVM decode, symbolic past": record(0.6, 0.01)},
-              "missing": {"ONNX Runtime": "ONNX Runtime: not installed"}, "verdict": "TVM bucket, tuned is 1.60x faster"}
+    bucket = lambda length, tvm_ms, verdict: {  # noqa: E731
+        "length": length, "database": f"bucket {length}, tuned for this CPU", "verdict": verdict,
+        "engines": {"PyTorch eager": record(1.0, 0.01), "TVM bucket, tuned": record(tvm_ms, 0.01), "torch.compile": record(0.8, 0.5)},
+        "missing": {"ONNX Runtime": "ONNX Runtime: not installed"}}
+    result = {"model": "TinyGPT", "past": 64, "prefill": [bucket(64, 0.5, "TVM bucket, tuned is 1.60x faster"),
+                                                        bucket(128, 0.4, "TVM bucket, tuned is 2.00x faster")],
+              "decode": {"PyTorch eager": record(0.3, 0.01), "TVM decode, symbolic past": record(0.6, 0.01)}}
     text = benchmark.format_transformer(result, "a test machine")
-    assert "| prefill | TVM bucket, tuned | 0.500 (0.010) | 2.00× |" in text
-    assert "| decode | TVM decode, symbolic past | 0.600 (0.010) | 0.50× |" in text
-    assert f"| prefill | torch.compile | {benchmark.UNRELIABLE_MARK}0.800 (0.500) |" in text
-    assert "ONNX Runtime not measured: ONNX Runtime: not installed" in text and "1.60x faster" in text
+    assert "| prefill, 64 tokens | TVM bucket, tuned | 0.500 (0.010) | 2.00× |" in text
+    assert "| prefill, 128 tokens | TVM bucket, tuned | 0.400 (0.010) | 2.50× |" in text
+    assert "| decode after 64 | TVM decode, symbolic past | 0.600 (0.010) | 0.50× |" in text
+    assert f"| prefill, 64 tokens | torch.compile | {benchmark.UNRELIABLE_MARK}0.800 (0.500) |" in text
+    assert "ONNX Runtime not measured: ONNX Runtime: not installed" in text
+    assert "Prefill of 128 tokens:\nTVM bucket, tuned is 2.00x faster" in text and "bucket 128, tuned for this CPU" in text

@@ -123,12 +123,13 @@ def test_peers_compare_a_model_with_several_outputs_by_its_first(small):
     assert set(found.runners) == {peers.EAGER, peers.ORT}, found.missing
 
 
-def test_the_shipped_bucket_database_covers_every_kernel_of_the_bucket():
-    """Day 14 builds with it: a change to the model or the import must come with a new database."""
-    bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), 64)
+@pytest.mark.parametrize("length", transformer.BUCKETS)
+def test_each_shipped_bucket_database_covers_every_kernel_of_its_bucket(length):
+    """Day 14 and make benchmark build with them: a change to the model or the import must come with new databases."""
+    bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), length)
     tasks = tuning._tasks(tuning._prepare(bucket.mod, TARGET, prepack=True), TARGET)
-    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.bucket_name(64)}-b1-*cores"))
-    assert shipped, "no database for Day 14's bucket ships in tuning/: python -m helpers.transformer tune-prefill --length 64"
+    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.bucket_name(length)}-b1-*cores"))
+    assert shipped, f"no database for the {length}-token bucket ships in tuning/: python -m helpers.transformer tune-prefill --length {length}"
     # The embedding lookups (take) cannot be tuned: MetaSchedule times candidates on random inputs, and
     # random token ids outside the table crash its runner ("Fast mode segfaults when there are out-of-bounds
     # indices"). They keep their default schedule.
