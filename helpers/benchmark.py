@@ -366,14 +366,15 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
 INT8_IMAGES = 32
 
 
-def int8_run(repeats: int = 30, images: int = INT8_IMAGES) -> dict:
+def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Target | None = None) -> dict:
     """Day 12's comparison on MobileNetV2, batch 1: PyTorch fp32 and int8, TVM fp32 and int8 tuned, timed
-    timed in alternating blocks in one run, with each int8 build's top-1 agreement with float32 on
-    held-out inputs (seeded noise of an image's shape: no dataset is at hand)."""
-    from . import quantize
+    in alternating blocks in one run, with each int8 build's top-1 agreement with float32 on held-out
+    inputs (seeded noise of an image's shape: no dataset is at hand). ``target``: this CPU's, or another
+    class's imitated here (``_target_for``)."""
+    from . import int8, quantize
 
-    target = machine.cpu_target()
-    float_model, quantized, _ = quantize.quantized_model()
+    target = target or machine.cpu_target()
+    float_model, quantized, _ = quantize.quantized_model(target=target)
     x = models.example_input(seed=1)
     int8_db = databases.choose(quantize.database_model(target), quantized, target, tune_if_missing=False)
     tvm_int8 = int8_db.compile(quantized, target)
@@ -394,6 +395,7 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES) -> dict:
     return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
             "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
             "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()},
+            "int8_instruction": int8.int8_instruction(target), "activation_max": int8.activation_max(target),
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, _load_average()]}
 
@@ -412,26 +414,37 @@ def format_int8(result: dict, machine_summary: str) -> str:
               f"Agreement on {result['held_out_images']} held-out "
               f"inputs (seeded noise, not images); median relative error of the logits: {errors}.",
               f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
+    if "int8_instruction" in result:
+        lines.append(f"TVM's int8 kernels: {result['int8_instruction']} instructions, activations quantized to "
+                     f"0..{result['activation_max']}.")
     return "\n".join(lines)
 
 
-def _print_and_keep(kind: str, title: str, result: dict, format_result, save: bool) -> str:
+def _print_and_keep(kind: str, title: str, result: dict, format_result, save: bool,
+                    target: tvm.target.Target | None = None) -> str:
     """Format ``result`` for this machine, print it, and (``save``) keep it in
-    results/<kind>-<cpu>-<cores>cores.{json,md}: the record with the machine, the Markdown under ``title``."""
+    results/<kind>-<cpu>-<cores>cores.{json,md}: the record with the machine, the Markdown under ``title``.
+    For a ``target`` imitated on this CPU the files are named ``...-on-<this cpu>``."""
     info = machine.describe()
-    text = format_result(result, info.summary())
+    target = target or machine.cpu_target()
+    summary = info.summary() + (f"; imitating {target.attrs['mcpu']} (TVM built for it, PyTorch held to "
+                                f"{os.environ.get('ONEDNN_MAX_CPU_ISA')})" if _imitated(target) else "")
+    text = format_result(result, summary)
     print(text)
     if save:
-        target = machine.cpu_target()
-        record = save_record(results_path(target, "json", kind=kind), machine=info.as_dict(), target=str(target), **result)
-        results_path(target, "md", kind=kind).write_text(f"# {title}, measured {record['measured']}\n\n{text}\n")
-        print(f"saved {results_path(target, 'md', kind=kind)}")
+        paths = [results_path(target, suffix, kind=kind) for suffix in ("json", "md")]
+        if _imitated(target):
+            paths = [p.with_name(f"{p.stem}-on-{machine.cpu_name()}{p.suffix}") for p in paths]
+        record = save_record(paths[0], machine=info.as_dict(), target=str(target), imitated=_imitated(target), **result)
+        paths[1].write_text(f"# {title}, measured {record['measured']}\n\n{text}\n")
+        print(f"saved {paths[1]}")
     return text
 
 
-def run_int8(repeats: int = 30, save: bool = True) -> str:
+def run_int8(repeats: int = 30, save: bool = True, mcpu: str | None = None) -> str:
     """Day 12's int8 comparison, printed and kept in results/int8-<cpu>-<cores>cores.{json,md}."""
-    return _print_and_keep("int8", "int8 on MobileNetV2", int8_run(repeats), format_int8, save)
+    target = _target_for(mcpu)
+    return _print_and_keep("int8", "int8 on MobileNetV2", int8_run(repeats, target=target), format_int8, save, target)
 
 
 def transformer_run(repeats: int = 100) -> dict:
@@ -518,24 +531,13 @@ def run_table(model_names: Sequence[str], batch: int = 1, repeats: int = 20, sav
     files are then named ``...-on-<this cpu>``, and ONNX Runtime, which cannot be held to the
     smaller class's vectors, is left out.
     """
-    info = machine.describe()
     target = _target_for(mcpu)
     rows = []
     for name in model_names:
         print(f"benchmarking {name} ...", flush=True)
         rows.append(benchmark_model(name, batch, repeats, target))
-    summary = info.summary() + (f"; imitating {target.attrs['mcpu']} (TVM built for it, PyTorch held to "
-                                f"{os.environ.get('ONEDNN_MAX_CPU_ISA')})" if _imitated(target) else "")
-    text = format_table(rows, summary)
-    print(text)
-    if save:
-        paths = [results_path(target, suffix) for suffix in ("json", "md")]
-        if _imitated(target):
-            paths = [p.with_name(f"{p.stem}-on-{machine.cpu_name()}{p.suffix}") for p in paths]
-        record = save_record(paths[0], machine=info.as_dict(), target=str(target), imitated=_imitated(target), rows=rows)
-        paths[1].write_text(f"# Benchmark, measured {record['measured']}\n\n{text}\n")
-        print(f"saved {paths[1]}")
-    return text
+    return _print_and_keep("benchmark", "Benchmark", {"rows": rows}, lambda result, summary: format_table(result["rows"], summary),
+                           save, target)
 
 
 # ------------------------------------------------------------------------- CLI
@@ -561,6 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     int8_cmd = sub.add_parser("int8", help="Day 12: PyTorch fp32 and int8 against TVM fp32 and int8 tuned, MobileNetV2")
     int8_cmd.add_argument("--repeats", type=int, default=30)
     int8_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    int8_cmd.add_argument("--mcpu", default=None, help="imitate a CPU class this one can run (e.g. haswell: AVX2)")
     transformer_cmd = sub.add_parser("transformer", help="Day 14: a small GPT's prefill bucket and decoding step, TVM against PyTorch")
     transformer_cmd.add_argument("--repeats", type=int, default=100, help="sub-millisecond calls: many, for a stable median")
     transformer_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
@@ -574,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from,
                              target=_target_for(args.mcpu)))
     elif args.command == "int8":
-        run_int8(args.repeats, save=not args.no_save)
+        run_int8(args.repeats, save=not args.no_save, mcpu=args.mcpu)
     elif args.command == "transformer":
         run_transformer(args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":

@@ -14,6 +14,12 @@ TVM 0.27 ships x86 int8 intrinsics (``tvm.s_tir.tensor_intrin.x86``) that do not
 (``strides=[4, 1]``), so a build tensorized on a plain weight fails ("buffer match constraint for
 B.strides_0 unmet") instead of computing wrong numbers, and a packed one,
 ``[N/16, K/4, 16, 4]`` (``pack_weight``), where each tile is 64 contiguous bytes, builds and is exact.
+
+A CPU with AVX2 and no AVX-512 VNNI (a Zen 3, a Haswell) has no ``vpdpbusd``; ``AVX2_INTRIN`` does the same
+4-byte dot products with ``vpmaddubsw`` (pairs of u8 x s8 products summed into int16) and ``vpmaddwd`` by ones
+(pairs of those into int32), on 8 lanes. The int16 step saturates unless the activations keep to 7 bits
+(``ACTIVATION_MAX_AVX2``), so the int8 model is quantized with 0..127 there (``activation_max``), as PyTorch's
+``reduce_range`` does for CPUs without VNNI. Without it, LLVM's own code widens every byte to 32 bits first.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from .errors import CourseError
 
 VNNI_INTRIN = "course_dot_16x4_vnni_llvm22"
 LANES, GROUP = 16, 4  # vpdpbusd: 16 int32 lanes, each the sum of 4 u8 x s8 products
+AVX2_INTRIN = "course_dot_8x4_avx2"
+AVX2_LANES = 8  # vpmaddubsw + vpmaddwd on 256 bits: 8 int32 lanes, each the sum of 4 products
+ACTIVATION_MAX_AVX2 = 127  # vpmaddubsw adds two u8 x s8 products into int16: 2 * 127 * 128 fits, 2 * 255 * 128 does not
 
 
 @T.prim_func(s_tir=True)
@@ -68,6 +77,43 @@ def _dot_16x4_vnni_llvm22(
         )
 
 
+@T.prim_func(s_tir=True)
+def _dot_8x4_desc(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((8, 4), "int8", offset_factor=1, strides=[4, 1]),
+    C: T.Buffer((8,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:8], A[0:4], B[0:8, 0:4])
+        T.writes(C[0:8])
+        for i in T.serial(0, 8):
+            for k in T.serial(0, 4):
+                with T.sblock("update"):
+                    vi, vk = T.axis.remap("SR", [i, k])
+                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+
+@T.prim_func(s_tir=True)
+def _dot_8x4_avx2(
+    A: T.Buffer((4,), "uint8", offset_factor=1),
+    B: T.Buffer((8, 4), "int8", offset_factor=1, strides=[4, 1]),
+    C: T.Buffer((8,), "int32", offset_factor=1),
+) -> None:
+    with T.sblock("root"):
+        T.reads(C[0:8], A[0:4], B[0:8, 0:4])
+        T.writes(C[0:8])
+        # the 4 activation bytes, repeated for all 8 lanes, as 32 bytes
+        A_i32 = T.reinterpret(A.vload([0], "uint8x4"), dtype="int32")
+        A_u8x32 = T.reinterpret(T.broadcast(A_i32, 8), dtype="uint8x32")
+        B_i8x32 = B.vload([0, 0], dtype="int8x32")  # an 8x4 tile: 32 contiguous bytes
+        # vpmaddubsw: 16 sums of 2 u8 x s8 products, in int16 (saturating); vpmaddwd by ones: 8 sums of 4, in int32
+        pairs = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"), A_u8x32, B_i8x32,
+                                        dtype="int16x16")
+        quads = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs,
+                                        T.broadcast(T.int16(1), 16), dtype="int32x8")
+        C[T.ramp(T.int32(0), 1, 8)] = C.vload([0], dtype="int32x8") + quads
+
+
 def register_vnni_intrinsic() -> str:
     """Register ``VNNI_INTRIN`` in this process (idempotent) and return its name, for ``sch.tensorize``
     or MetaSchedule's ``MultiLevelTilingWithIntrin``. TVM's own intrinsics are not needed for it."""
@@ -75,6 +121,30 @@ def register_vnni_intrinsic() -> str:
 
     TensorIntrin.register(VNNI_INTRIN, _dot_16x4_desc, _dot_16x4_vnni_llvm22, override=True)
     return VNNI_INTRIN
+
+
+def register_avx2_intrinsic() -> str:
+    """Register ``AVX2_INTRIN`` (idempotent) and return its name: 8 int32 lanes, each the sum of 4 uint8 x int8
+    products, with ``vpmaddubsw`` then ``vpmaddwd``. Exact only for activations up to ``ACTIVATION_MAX_AVX2``:
+    ``vpmaddubsw`` saturates its pair sums at int16."""
+    from tvm.s_tir import TensorIntrin
+
+    TensorIntrin.register(AVX2_INTRIN, _dot_8x4_desc, _dot_8x4_avx2, override=True)
+    return AVX2_INTRIN
+
+
+def int8_instruction(target: tvm.target.Target) -> str:
+    """What the course's int8 kernels multiply with on ``target``: ``"vnni"`` (AVX-512 VNNI, ``vpdpbusd``),
+    ``"avx2"`` (``vpmaddubsw``, 7-bit activations) or ``"generic"`` (whatever LLVM vectorizes: no AVX2)."""
+    if has_vnni(target):
+        return "vnni"
+    return "avx2" if tvm.target.codegen.target_has_features("avx2", target) else "generic"
+
+
+def activation_max(target: tvm.target.Target) -> int:
+    """The largest uint8 activation code the int8 kernels can take exactly on ``target``: 255, or 127 where
+    they run ``vpmaddubsw`` (the reason PyTorch's x86 configurations offer ``reduce_range``)."""
+    return ACTIVATION_MAX_AVX2 if int8_instruction(target) == "avx2" else 255
 
 
 def has_vnni(target: tvm.target.Target) -> bool:
@@ -124,13 +194,16 @@ def matmul_u8s8(m: int, n: int, k: int, packed: bool = True) -> tvm.IRModule:
 
 
 def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN) -> tvm.IRModule:
-    """Schedule ``matmul_u8s8`` by hand around the intrinsic: 16 outputs by 4 inputs per instruction."""
-    if intrin == VNNI_INTRIN:
-        register_vnni_intrinsic()
+    """Schedule ``matmul_u8s8`` by hand around an intrinsic: 16 (VNNI) or 8 (AVX2) outputs by 4 inputs per
+    instruction; an 8x4 tile of the packed 16x4 weight is 32 contiguous bytes, so both take ``pack_weight``'s layout."""
+    lanes = {VNNI_INTRIN: LANES, AVX2_INTRIN: AVX2_LANES}.get(intrin)
+    if lanes is None:
+        raise CourseError(f"tensorize_matmul knows {VNNI_INTRIN} and {AVX2_INTRIN}, not {intrin!r}.")
+    (register_vnni_intrinsic if intrin == VNNI_INTRIN else register_avx2_intrinsic)()
     sch = tvm.s_tir.Schedule(mod)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
-    jo, ji = sch.split(j, [None, LANES])
+    jo, ji = sch.split(j, [None, lanes])
     ko, ki = sch.split(k, [None, GROUP])
     sch.reorder(i, jo, ko, ji, ki)
     sch.decompose_reduction(block, ko)
@@ -164,13 +237,24 @@ def vnni_space() -> ms.space_generator.PostOrderApply:
     them the evolutionary search never changes a candidate and is random sampling ranked by
     the cost model.
     """
-    register_vnni_intrinsic()
+    return _tensorized_space(register_vnni_intrinsic())
+
+
+def avx2_space() -> ms.space_generator.PostOrderApply:
+    """``vnni_space`` around ``AVX2_INTRIN`` (``vpmaddubsw`` + ``vpmaddwd``), for CPUs with AVX2 and no AVX-512
+    VNNI: four multiply-adds of bytes per int32 lane and instruction pair, where LLVM's own code widens every byte
+    to 32 bits first. Exact for activations up to ``ACTIVATION_MAX_AVX2`` only."""
+    return _tensorized_space(register_avx2_intrinsic())
+
+
+def _tensorized_space(intrin: str) -> ms.space_generator.PostOrderApply:
+    """Multi-level tiling around the tensor intrinsic ``intrin``, LLVM's mutators, ``RewriteTensorize``."""
     rule, post = ms.schedule_rule, ms.postproc
     rules = [
         rule.AutoInline(into_producer=False, into_consumer=True, inline_const_tensor=True, disallow_if_then_else=True,
                         require_injective=True, require_ordered=True, disallow_op=None),
         rule.AddRFactor(max_jobs_per_core=16, max_innermost_factor=64),
-        rule.MultiLevelTilingWithIntrin(VNNI_INTRIN, structure="SSRSRS", tile_binds=None, max_innermost_factor=64,
+        rule.MultiLevelTilingWithIntrin(intrin, structure="SSRSRS", tile_binds=None, max_innermost_factor=64,
                                         vector_load_lens=None, reuse_read=None,
                                         reuse_write=rule.ReuseType(req="may", levels=[1, 2], scope="global")),
         rule.ParallelizeVectorizeUnroll(max_jobs_per_core=16, max_vectorize_extent=-1,

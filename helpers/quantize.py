@@ -32,6 +32,7 @@ from tvm import relax
 from . import int8, models, peers
 from .build import relative_error
 from .errors import CourseError
+from .machine import cpu_target
 from .models import ImportedModel
 
 U8_MAX, S8_MAX = 255, 127
@@ -135,11 +136,12 @@ def calibrate(model: torch.nn.Module, inputs: Iterable[torch.Tensor]) -> dict[st
 # ------------------------------------------------------------------ the arithmetic
 
 
-def activation_params(r: Range) -> tuple[float, int]:
-    """Asymmetric uint8: (scale, zero point) that map ``[low, high]`` (widened to hold 0) onto 0..255."""
+def activation_params(r: Range, top: int = U8_MAX) -> tuple[float, int]:
+    """Asymmetric uint8: (scale, zero point) that map ``[low, high]`` (widened to hold 0) onto 0..``top``
+    (255; 127 where the int8 kernels run ``vpmaddubsw``: ``int8.activation_max``)."""
     low, high = min(r.low, 0.0), max(r.high, 0.0)
-    scale = (high - low) / U8_MAX or 1.0
-    zero_point = int(np.clip(round(-low / scale), 0, U8_MAX))
+    scale = (high - low) / top or 1.0
+    zero_point = int(np.clip(round(-low / scale), 0, top))
     return float(scale), zero_point
 
 
@@ -163,9 +165,10 @@ def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
 class _PointwiseToInt8(relax.PyExprMutator):
     """Replaces each float32 1x1 NCHW conv2d with a constant weight, in order, by its int8 version."""
 
-    def __init__(self, mod: tvm.IRModule, params: list[tuple[float, int]]):
+    def __init__(self, mod: tvm.IRModule, params: list[tuple[float, int]], top: int = U8_MAX):
         super().__init__(mod)
         self.params = list(params)
+        self.top = top
         self.rewritten = 0
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
@@ -201,6 +204,8 @@ class _PointwiseToInt8(relax.PyExprMutator):
         # kernel as an immediate, so every calibration would make new kernels that no tuning database knows.
         xq = emit(relax.op.quantize(data, relax.const(np.full(c, scale_x, "float32")),
                                     relax.const(np.full(c, zp, "int32")), axis=3, out_dtype="uint8"))
+        if self.top < U8_MAX:  # an input past the calibrated range must not reach vpmaddubsw's saturation
+            xq = emit(relax.op.clip(xq, 0, self.top))
         acc = self.builder_.emit_te(int8.matmul_u8s8_compute, xq, relax.const(int8.pack_weight(wq), "int8"),
                                     primfunc_name_hint="int8_conv1x1")
         y = emit(relax.op.dequantize(acc, relax.const(_pad_rows(scale_w, n_pad) * scale_x, "float32"),
@@ -239,17 +244,21 @@ def to_nhwc(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.FoldConstant()(mod)
 
 
-def quantize_pointwise_convs(imported: ImportedModel, ranges: dict[str, Range], nhwc: bool = True) -> ImportedModel:
+def quantize_pointwise_convs(imported: ImportedModel, ranges: dict[str, Range], nhwc: bool = True,
+                             target: tvm.target.Target | None = None) -> ImportedModel:
     """``imported`` with every pointwise convolution in int8, calibrated by ``ranges`` (``calibrate``).
 
     The weights are bound into the module as constants (the int8 ones packed for VNNI); the
     result takes the input only. With ``nhwc`` the whole model runs channels-last, the layout
     the int8 kernels read and write; otherwise each one transposes its input and output.
+    The activations use the codes the int8 kernels of ``target`` (default: this CPU) take exactly:
+    0..255, or 0..127 where they run ``vpmaddubsw`` (``int8.activation_max``).
     """
+    top = int8.activation_max(target or cpu_target())
     mod = bind_weights(imported)
     if nhwc:
         mod = to_nhwc(mod)
-    rewriter = _PointwiseToInt8(mod, [activation_params(r) for r in ranges.values()])
+    rewriter = _PointwiseToInt8(mod, [activation_params(r, top) for r in ranges.values()], top)
     main = rewriter.visit_expr(mod["main"])
     out = rewriter.builder_.get()
     out["main"] = main
@@ -271,15 +280,15 @@ def is_int8_kernel(task) -> bool:
 
 
 def space_for(target: tvm.target.Target):
-    """``tuning.tune``'s ``space_for``: for int8 kernels, the VNNI space where ``target`` has AVX-512 VNNI and
-    LLVM's generic one elsewhere (``int8.generic_space``: TVM's default uses a wrong intrinsic on AVX-512
-    CPUs without VNNI); the default space for every float32 kernel."""
-    vnni = int8.has_vnni(target)
+    """``tuning.tune``'s ``space_for``: for int8 kernels, the space around the course's intrinsic for
+    ``target`` (``int8.int8_instruction``: ``vpdpbusd`` with AVX-512 VNNI, ``vpmaddubsw`` with AVX2), or
+    LLVM's generic one without AVX2 (not TVM's default: it puts wrong intrinsics in on CPUs without VNNI);
+    the default space for every float32 kernel."""
+    spaces = {"vnni": int8.vnni_space, "avx2": int8.avx2_space, "generic": int8.generic_space}
+    make = spaces[int8.int8_instruction(target)]
 
     def space(task):
-        if not is_int8_kernel(task):
-            return "post-order-apply"
-        return int8.vnni_space() if vnni else int8.generic_space()
+        return make() if is_int8_kernel(task) else "post-order-apply"
 
     return space
 
@@ -320,17 +329,20 @@ def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: 
 
 
 def database_model(target: tvm.target.Target) -> str:
-    """The name the int8 model's tuning databases go by on ``target``: VNNI kernels do not run without VNNI."""
-    return f"{MODEL}_int8" if int8.has_vnni(target) else f"{MODEL}_int8_novnni"
+    """The name the int8 model's tuning databases go by on ``target``, one per int8 instruction
+    (``int8.int8_instruction``): a VNNI kernel does not run without VNNI, nor an AVX2 one without AVX2."""
+    return {"vnni": f"{MODEL}_int8", "avx2": f"{MODEL}_int8_avx2"}.get(int8.int8_instruction(target), f"{MODEL}_int8_generic")
 
 
-def quantized_model(example: torch.Tensor | None = None) -> tuple[torch.nn.Module, ImportedModel, dict[str, Range]]:
-    """The course's int8 MobileNetV2, end to end: (float model, int8 Relax module, calibrated ranges)."""
+def quantized_model(example: torch.Tensor | None = None, target: tvm.target.Target | None = None
+                    ) -> tuple[torch.nn.Module, ImportedModel, dict[str, Range]]:
+    """The course's int8 MobileNetV2, end to end, for ``target`` (default: this CPU):
+    (float model, int8 Relax module, calibrated ranges)."""
     model, _ = float_model()
     folded = fold_batch_norms(model)
     ranges = calibrate(folded, calibration_inputs())
     example = models.example_input() if example is None else example
-    return model, quantize_pointwise_convs(models.import_to_relax(folded, example), ranges), ranges
+    return model, quantize_pointwise_convs(models.import_to_relax(folded, example), ranges, target=target), ranges
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -343,9 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     tune = sub.add_parser("tune", help="tune the int8 MobileNetV2 for this CPU into tuning/")
     tune.add_argument("trials", type=int, help="trials per kernel")
+    tune.add_argument("--mcpu", default=None, help="tune for a CPU class this one can run (e.g. haswell: AVX2)")
     args = parser.parse_args(argv)
-    target = machine.cpu_target()
-    _, quantized, _ = quantized_model()
+    if args.mcpu:
+        from .transfer_study import emulated_target
+
+        target = emulated_target(args.mcpu)
+    else:
+        target = machine.cpu_target()
+    _, quantized, _ = quantized_model(target=target)
     work_dir = databases.database_dir(database_model(target), target)
     tuning.tune(quantized.mod, target, work_dir, max_trials_per_task=args.trials, space_for=space_for(target))
     kept = tuning.prune_database(work_dir)

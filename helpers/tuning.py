@@ -129,16 +129,17 @@ _TENSORIZE = re.compile(r'\["Tensorize",\[[^\]]*\],\["([^"]+)"')
 def import_tensor_intrinsics(records: Path | None = None) -> None:
     """The tensor intrinsics that tuning, or replaying ``records``, needs registered.
 
-    The course's own VNNI intrinsic (Day 12, ``helpers.int8``) always; TVM's own set
+    The course's own int8 intrinsics (Day 12, ``helpers.int8``: VNNI and AVX2) always; TVM's own set
     for tuning, and for a records file only when it names one of them: importing
     TVM's set costs 5 to 10 s per process (the float32 databases name none).
     """
-    from .int8 import VNNI_INTRIN, register_vnni_intrinsic  # here: helpers.int8 imports this module
+    from .int8 import AVX2_INTRIN, VNNI_INTRIN, register_avx2_intrinsic, register_vnni_intrinsic  # (int8 imports this module)
 
     named = None if records is None else set(_TENSORIZE.findall(Path(records).read_text()))
-    if named is None or named - {VNNI_INTRIN}:
+    if named is None or named - {VNNI_INTRIN, AVX2_INTRIN}:
         import_tvm_tensor_intrinsics()
     register_vnni_intrinsic()
+    register_avx2_intrinsic()
 
 
 @derived_object
