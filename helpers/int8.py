@@ -39,20 +39,26 @@ AVX2_LANES = 8  # vpmaddubsw + vpmaddwd on 256 bits: 8 int32 lanes, each the sum
 ACTIVATION_MAX_AVX2 = 127  # vpmaddubsw adds two u8 x s8 products into int16: 2 * 127 * 128 fits, 2 * 255 * 128 does not
 
 
-@T.prim_func(s_tir=True)
-def _dot_16x4_desc(
-    A: T.Buffer((4,), "uint8", offset_factor=1),
-    B: T.Buffer((16, 4), "int8", offset_factor=1, strides=[4, 1]),
-    C: T.Buffer((16,), "int32", offset_factor=1),
-) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:16], A[0:4], B[0:16, 0:4])
-        T.writes(C[0:16])
-        for i in T.serial(0, 16):
-            for k in T.serial(0, 4):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+def _dot_desc(lanes: int):
+    """What both intrinsics compute: ``lanes`` int32 sums, each adding 4 products of a uint8 by an int8, the
+    weight tile compact (``strides=[4, 1]``: a tile of an unpacked weight does not match)."""
+
+    @T.prim_func(s_tir=True)
+    def desc(
+        A: T.Buffer((4,), "uint8", offset_factor=1),
+        B: T.Buffer((lanes, 4), "int8", offset_factor=1, strides=[4, 1]),
+        C: T.Buffer((lanes,), "int32", offset_factor=1),
+    ) -> None:
+        with T.sblock("root"):
+            T.reads(C[0:lanes], A[0:4], B[0:lanes, 0:4])
+            T.writes(C[0:lanes])
+            for i in T.serial(0, lanes):
+                for k in T.serial(0, 4):
+                    with T.sblock("update"):
+                        vi, vk = T.axis.remap("SR", [i, k])
+                        C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
+
+    return desc
 
 
 @T.prim_func(s_tir=True)
@@ -75,22 +81,6 @@ def _dot_16x4_vnni_llvm22(
             B_i8x64,
             dtype="int32x16",
         )
-
-
-@T.prim_func(s_tir=True)
-def _dot_8x4_desc(
-    A: T.Buffer((4,), "uint8", offset_factor=1),
-    B: T.Buffer((8, 4), "int8", offset_factor=1, strides=[4, 1]),
-    C: T.Buffer((8,), "int32", offset_factor=1),
-) -> None:
-    with T.sblock("root"):
-        T.reads(C[0:8], A[0:4], B[0:8, 0:4])
-        T.writes(C[0:8])
-        for i in T.serial(0, 8):
-            for k in T.serial(0, 4):
-                with T.sblock("update"):
-                    vi, vk = T.axis.remap("SR", [i, k])
-                    C[vi] = C[vi] + T.cast(A[vk], "int32") * T.cast(B[vi, vk], "int32")
 
 
 @T.prim_func(s_tir=True)
@@ -119,7 +109,7 @@ def register_vnni_intrinsic() -> str:
     or MetaSchedule's ``MultiLevelTilingWithIntrin``. TVM's own intrinsics are not needed for it."""
     from tvm.s_tir import TensorIntrin
 
-    TensorIntrin.register(VNNI_INTRIN, _dot_16x4_desc, _dot_16x4_vnni_llvm22, override=True)
+    TensorIntrin.register(VNNI_INTRIN, _dot_desc(LANES), _dot_16x4_vnni_llvm22, override=True)
     return VNNI_INTRIN
 
 
@@ -129,7 +119,7 @@ def register_avx2_intrinsic() -> str:
     ``vpmaddubsw`` saturates its pair sums at int16."""
     from tvm.s_tir import TensorIntrin
 
-    TensorIntrin.register(AVX2_INTRIN, _dot_8x4_desc, _dot_8x4_avx2, override=True)
+    TensorIntrin.register(AVX2_INTRIN, _dot_desc(AVX2_LANES), _dot_8x4_avx2, override=True)
     return AVX2_INTRIN
 
 
