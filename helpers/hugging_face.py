@@ -66,8 +66,7 @@ def cumsum_as_torch(node, importer) -> relax.Var:
     """``aten.cumsum`` as Relax, in the dtype PyTorch's result had (int64 for booleans and small integers)."""
     x = importer.env[node.args[0]]
     dim = node.args[1] if len(node.args) > 1 else node.kwargs["dim"]
-    dtype = str(node.meta["val"].dtype).replace("torch.", "")
-    return importer.block_builder.emit(relax.op.cumsum(x, dim, dtype))
+    return importer.block_builder.emit(relax.op.cumsum(x, dim, dtype_name(node.meta["val"])))
 
 
 # Converters the importer takes in place of its own (from_exported_program's custom_convert_map).
@@ -77,9 +76,9 @@ CONVERTERS = {"cumsum.default": cumsum_as_torch}
 def import_model(model: LogitsOnly, ids: torch.Tensor, fixed: bool = True) -> ImportedModel:
     """``model`` on ``ids`` through torch.export into Relax, weights detached; ``fixed=False`` imports with
     TVM's own converters only (a module that does not build, see the module's docstring)."""
-    from .transformer import _import
+    from .transformer import export_to_relax
 
-    mod, params = _import(model, (ids,), custom_convert_map=CONVERTERS if fixed else None)
+    mod, params = export_to_relax(model, (ids,), custom_convert_map=CONVERTERS if fixed else None)
     return ImportedModel(mod=mod, params=params, input_shape=tuple(ids.shape), input_dtype=dtype_name(ids))
 
 

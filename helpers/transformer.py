@@ -169,7 +169,7 @@ def tokens(length: int, vocab: int = GPTConfig.vocab, seed: int = 0) -> torch.Te
 # ------------------------------------------------------------------ import
 
 
-def _import(module: nn.Module, inputs: tuple, dynamic_shapes=None, decompose: bool = True,
+def export_to_relax(module: nn.Module, inputs: tuple, dynamic_shapes=None, decompose: bool = True,
             custom_convert_map: dict | None = None) -> tuple[tvm.IRModule, list]:
     """torch.export -> Relax with the weights detached; ``decompose=False`` keeps ``R.nn.attention`` whole;
     ``custom_convert_map`` replaces the importer's converters of some operators (``hugging_face``)."""
@@ -193,7 +193,7 @@ def import_prefill(model: TinyGPT, length: int | None = None, decompose: bool = 
         raise InputShapeError(f"length must be between 1 and the model's max_len ({top}), got {length}.")
     example = tokens(length or 8, model.config.vocab)
     dims = None if length else ({1: torch.export.Dim("length", min=2, max=top)},)
-    mod, params = _import(Prefill(model), (example,), dims, decompose)
+    mod, params = export_to_relax(Prefill(model), (example,), dims, decompose)
     return ImportedModel(mod=mod, params=params, input_shape=tuple(example.shape), input_dtype=TOKEN_DTYPE)
 
 
@@ -214,7 +214,7 @@ def import_decode(model: TinyGPT) -> ImportedModel:
     keys, values = empty_cache(model, 8)
     past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
     ids, position = tokens(1, model.config.vocab), torch.tensor([[8]])
-    mod, params = _import(Decode(model), (ids, position, keys, values), (None, None, {3: past}, {3: past}))
+    mod, params = export_to_relax(Decode(model), (ids, position, keys, values), (None, None, {3: past}, {3: past}))
     return ImportedModel(mod=mod, params=params, input_shape=(1, 1), input_dtype=TOKEN_DTYPE)
 
 
