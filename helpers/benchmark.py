@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import tvm
 
-from . import databases, dispatch, kernels, machine, models, peers, timing, tuning
+from . import databases, dispatch, kernels, machine, models, nchwc, peers, timing, tuning
 from .build import CompiledModel, check_parity, compile_model
 from .peers import COMPILED, EAGER, FROZEN, ORT
 
@@ -114,6 +114,7 @@ def tune_in_stages(
     keep: int | None = None,
     seed_from: Path | None = None,
     target: tvm.target.Target | None = None,
+    layout: str = nchwc.PLAIN,
 ) -> Path:
     """Tune ``model_name`` with prepacking up to each cumulative budget in ``stages``.
 
@@ -127,6 +128,7 @@ def tune_in_stages(
     schedules, measured here first (a top-up of a database made on another CPU).
     ``target`` defaults to this CPU's; ``transfer_study.emulated_target("znver3")`` tunes for
     a CPU class this one can imitate (AVX2 on an AVX-512 CPU), into that class's directory.
+    ``layout`` fuses the convolutions in channel blocks first (``NCHW16c``: ``helpers.nchwc``).
     """
     target = target or machine.cpu_target()
     work_dir = work_dir or databases.database_dir(model_name, target, batch)
@@ -148,7 +150,7 @@ def tune_in_stages(
             continue
         start = time.perf_counter()
         tuning.tune(imported.mod, target, work_dir, max_trials_per_task=total - done, prepack=True,
-                    seed_from=seed_from if done == 0 else None)
+                    seed_from=seed_from if done == 0 else None, layout=layout)
         spent += time.perf_counter() - start
         done = total
         compiled = tuning.compile_tuned(imported, target, work_dir)
@@ -554,6 +556,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_cmd.add_argument("--seed-from", type=Path, default=None,
                           help="a database (e.g. one shipped for another CPU) whose best schedules start the search")
     tune_cmd.add_argument("--mcpu", default=None, help="tune for a CPU class this one can imitate (e.g. znver3: AVX2)")
+    tune_cmd.add_argument("--layout", default=nchwc.PLAIN,
+                          help="the convolutions' activation layout: NCHW, or channel blocks such as NCHW16c")
     table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
     table_cmd.add_argument("--batch", type=int, default=1)
@@ -575,7 +579,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "tune":
         print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from,
-                             target=_target_for(args.mcpu)))
+                             target=_target_for(args.mcpu), layout=args.layout))
     elif args.command == "int8":
         run_int8(args.repeats, save=not args.no_save, mcpu=args.mcpu)
     elif args.command == "transformer":

@@ -12,6 +12,7 @@ import torch
 import tvm
 from tvm import relax, te, topi
 
+from . import nchwc
 from .errors import InputShapeError, ParityError
 from .machine import cpu_target, require_gpu
 from .models import ImportedModel
@@ -78,22 +79,24 @@ def fast_math(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     return mod
 
 
-def fusion_passes(target: tvm.target.Target | None = None) -> list[tvm.transform.Pass]:
+def fusion_passes(target: tvm.target.Target | None = None, layout: str = "NCHW") -> list[tvm.transform.Pass]:
     """The passes that turn an imported module into fused TensorIR kernels.
 
     Inference decomposition (BatchNorm into arithmetic), legalization into TIR,
     op-pattern annotation, constant folding, then FuseOps/FuseTIR: the first half
     of the ``static_shape_tuning`` pipeline. Tuning and applying a database must
     run exactly these, since database records are found by each kernel's form.
-    Run the returned passes under ``with target:``.
+    ``layout`` other than NCHW (``NCHW16c``) puts the convolutions' activations in channel blocks first
+    (``helpers.nchwc``). Run the returned passes under ``with target:``.
     """
     target = target or cpu_target()
     return [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
+        *nchwc.layout_passes(layout),
         *relax.pipeline.library_dispatch_passes(target),
         fast_math,
-        relax.transform.LegalizeOps(),
+        relax.transform.LegalizeOps(customize_legalize_map=nchwc.legalize_map(layout)),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
@@ -101,11 +104,11 @@ def fusion_passes(target: tvm.target.Target | None = None) -> list[tvm.transform
     ]
 
 
-def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
-    """``mod`` with its operators legalized and fused into kernels for ``target``."""
+def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None, layout: str = "NCHW") -> tvm.IRModule:
+    """``mod`` with its operators legalized and fused into kernels for ``target`` (convolutions in ``layout``)."""
     target = target or cpu_target()
     with target:
-        return tvm.transform.Sequential(fusion_passes(target))(mod)
+        return tvm.transform.Sequential(fusion_passes(target, layout))(mod)
 
 
 def device_for(target: tvm.target.Target) -> tvm.runtime.Device:

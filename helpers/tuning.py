@@ -61,7 +61,7 @@ from tvm.s_tir.meta_schedule.logging import get_loggers_from_work_dir
 from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
 from tvm.s_tir.meta_schedule.utils import fork_seed
 
-from . import cache, config
+from . import cache, config, nchwc
 from .build import CompiledModel, device_for, fuse, load_executable
 from .errors import CourseError, TuningDatabaseError
 from .models import ImportedModel
@@ -70,6 +70,8 @@ WORKLOAD_FILE = "database_workload.json"
 RECORD_FILE = "database_tuning_record.json"
 LOG_DIR = "logs"
 SETTINGS_FILE = "course_tuning.json"
+# the code that fuses a module into kernels: a database's kernels are found by the form it gives them
+_FUSION_CODE = [Path(__file__), Path(__file__).with_name("build.py"), Path(__file__).with_name("nchwc.py")]
 
 # MetaSchedule's default evolutionary search keeps 512 candidates in its
 # population and measures up to 64 of them per round: 8 per measured trial.
@@ -192,45 +194,57 @@ class _ProgressCallback(PyMeasureCallback):
 # ------------------------------------------------------------------ preparation
 
 
-def _prepare(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool) -> tvm.IRModule:
+def _prepare(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str = nchwc.PLAIN) -> tvm.IRModule:
     """Legalize and fuse the module into the TIR kernels that tuning works on.
 
     ``tune`` and ``apply_database`` must run the same passes: database records
     are found by the exact (structural) form of each fused kernel. With
     ``prepack``, each kernel's weight buffers are marked layout-free, so a
-    schedule may store them in whatever layout suits it.
+    schedule may store them in whatever layout suits it. ``layout`` is the
+    convolutions' activation layout (``helpers.nchwc``).
     """
     if not cache.enabled():
-        return _prepare_now(mod, target, prepack)
+        return _prepare_now(mod, target, prepack, layout)
     # Folding the constants (BatchNorm's statistics) builds and runs a small kernel per constant:
     # about 9 s for any of the course's CNNs, paid by each tuning, task table and tuned build. Kept.
-    code = cache.file_digest([Path(__file__), Path(__file__).with_name("build.py")])
-    key = cache.key("prepared", tvm_ffi.structural_hash(mod), str(target), prepack, code)  # constants' values included
+    code = cache.file_digest(_FUSION_CODE)
+    key = cache.key("prepared", tvm_ffi.structural_hash(mod), str(target), prepack, layout, code)  # constants' values included
     folder = cache.load_or_compute_files(
-        "prepared", key, lambda out: (out / "module.json").write_text(tvm.ir.save_json(_prepare_now(mod, target, prepack)))
+        "prepared", key,
+        lambda out: (out / "module.json").write_text(tvm.ir.save_json(_prepare_now(mod, target, prepack, layout))),
     )
     return tvm.ir.load_json((folder / "module.json").read_text())
 
 
-def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool) -> tvm.IRModule:
-    fused = fuse(mod, target)
+def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str) -> tvm.IRModule:
+    fused = fuse(mod, target, layout)
     return relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
 
 
-def _check_prepack(work_dir: Path, prepack: bool) -> None:
-    """Refuse to add kernels prepared one way to a database of kernels prepared the other way."""
-    if (work_dir / SETTINGS_FILE).is_file() and _read_settings(work_dir).get("prepack") != prepack:
+def _check_prepack(work_dir: Path, prepack: bool, layout: str = nchwc.PLAIN) -> None:
+    """Refuse to add kernels prepared one way to a database of kernels prepared another way."""
+    if not (work_dir / SETTINGS_FILE).is_file():
+        return
+    if _read_settings(work_dir).get("prepack") != prepack:
         raise TuningDatabaseError(
             f"{work_dir} holds a database tuned with prepack={not prepack}; its kernels "
             f"differ from those of prepack={prepack}. Tune into another directory."
         )
+    if tuned_layout(work_dir) != layout:
+        raise TuningDatabaseError(
+            f"{work_dir} holds a database tuned with layout={tuned_layout(work_dir)!r}; its kernels "
+            f"differ from those of layout={layout!r}. Tune into another directory."
+        )
 
 
-def _write_settings(work_dir: Path, prepack: bool, trials_per_task: float, seeded_from: dict | None = None) -> None:
+def _write_settings(work_dir: Path, prepack: bool, trials_per_task: float, seeded_from: dict | None = None,
+                    layout: str = nchwc.PLAIN) -> None:
     """Record how the kernels were prepared and add this run's budget to the database's."""
-    _check_prepack(work_dir, prepack)
+    _check_prepack(work_dir, prepack, layout)
     settings = _read_settings(work_dir)
     settings["prepack"] = prepack
+    if layout != nchwc.PLAIN:  # databases from before layouts were recorded are NCHW
+        settings["layout"] = layout
     settings["trials_per_task"] = _round(settings.get("trials_per_task", 0) + trials_per_task)
     settings["quick"] = bool(settings.get("quick", False) or config.quick())
     if seeded_from is not None:
@@ -263,6 +277,11 @@ def budget(work_dir: str | Path) -> float | None:
 def tuned_with_prepacking(work_dir: str | Path) -> bool:
     """True when the database was tuned with weight prepacking (its builds lift the weight arithmetic out of main)."""
     return bool(_read_settings(Path(work_dir)).get("prepack", False))
+
+
+def tuned_layout(work_dir: str | Path) -> str:
+    """The convolutions' activation layout the database's kernels were fused with: ``NCHW`` or ``NCHW16c``..."""
+    return _read_settings(Path(work_dir)).get("layout", nchwc.PLAIN)
 
 
 def tuned_in_quick_mode(work_dir: str | Path) -> bool:
@@ -401,6 +420,7 @@ def tune(
     space_for: Callable[[object], object] | None = None,
     runner: object | None = None,
     static_kernels_only: bool = False,
+    layout: str = nchwc.PLAIN,
 ) -> Path:
     """Tune every kernel of a Relax module for ``target``; return the database's directory.
 
@@ -442,6 +462,10 @@ def tune(
     ``runner`` measures the candidates: by default a ``LocalRunner`` on this machine; an
     ``RPCRunner`` measures them on the servers of an RPC tracker (``helpers.rpc_tuning``).
 
+    ``layout`` (default NCHW) fuses the convolutions in another activation layout first, e.g.
+    ``nchwc.layout_name(nchwc.block_for(target))`` for ``NCHW16c`` (``helpers.nchwc``); the choice is
+    saved in ``work_dir`` with ``prepack``'s, and ``apply_database`` follows it.
+
     A module with a symbolic dimension is refused (MetaSchedule tunes static shapes only), unless
     ``static_kernels_only``: then the kernels whose shapes are all known are tuned and the others
     keep TVM's default code (Day 14's decoding step: its matmuls on one token are static, its
@@ -449,16 +473,17 @@ def tune(
     """
     if max_trials_per_task < 1:
         raise ValueError(f"max_trials_per_task must be at least 1, got {max_trials_per_task}.")
+    nchwc.block_of(layout)  # a clear error for an unknown layout, before anything runs
     if not static_kernels_only:
         _refuse_symbolic_shapes(mod)
     _refuse_prepacking_symbolic(mod, prepack)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    _check_prepack(work_dir, prepack)
+    _check_prepack(work_dir, prepack, layout)
     import_tensor_intrinsics()
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    tasks = _tasks(_prepare(mod, target, prepack), target)
+    tasks = _tasks(_prepare(mod, target, prepack, layout), target)
     if static_kernels_only:
         tasks = [t for t in tasks if is_static(t.dispatched[0])]
     if not tasks:
@@ -473,10 +498,10 @@ def tune(
     seeded_from = None
     if seed_from is not None:
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
-    _write_settings(work_dir, prepack, 0, seeded_from)  # before tuning: an interrupted run still says how it was prepared
+    _write_settings(work_dir, prepack, 0, seeded_from, layout)  # before tuning: an interrupted run still says how it was prepared
     with quiet_metaschedule():
         _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed, space_for, runner)
-    _write_settings(work_dir, prepack, budget_trials / len(tasks))
+    _write_settings(work_dir, prepack, budget_trials / len(tasks), layout=layout)
     if not _measured_records(_load_database(work_dir), target):
         raise TuningDatabaseError(
             f"Tuning ran but no candidate was built and measured successfully, so {work_dir} "
@@ -779,7 +804,7 @@ def apply_database(
         prepack = tuned_with_prepacking(work_dir)
     _refuse_prepacking_symbolic(mod, prepack)
     import_tensor_intrinsics(work_dir / RECORD_FILE)  # records may replay tensorized schedules
-    prepared = _prepare(mod, target, prepack)
+    prepared = _prepare(mod, target, prepack, tuned_layout(work_dir))
     tasks = _tasks(prepared, target)
     found = [t.task_name for t in tasks if db.has_workload(t.dispatched[0])]
     if tasks and not found:
@@ -845,8 +870,8 @@ def compile_tuned(
     cache_key = cache.key(
         "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
         cache.file_digest([work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE]),
-        tuned_with_prepacking(work_dir), transfer,
-        cache.file_digest([Path(__file__), Path(__file__).with_name("build.py")]),  # the fusion passes, the database's use
+        tuned_with_prepacking(work_dir), tuned_layout(work_dir), transfer,
+        cache.file_digest(_FUSION_CODE),  # the fusion passes, the database's use
     )
     executable, _ = cache.load_or_build(
         "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack, transfer, lift=True)

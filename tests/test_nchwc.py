@@ -1,0 +1,138 @@
+"""helpers.nchwc: a whole model's convolutions in channel blocks, built and tuned for real.
+
+A small MobileNet-like network (a stem on 3 channels, depthwise and pointwise convolutions with
+BatchNorm and ReLU6, a 24-channel layer, a residual add) checks which convolutions a block can take,
+that the blocked build computes what PyTorch computes, and that a database records its layout.
+"""
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+import torch
+import tvm
+
+from helpers import build, ir, models, nchwc, tuning
+from helpers.errors import TuningDatabaseError
+
+
+def _conv_bn(c_in: int, c_out: int, groups: int = 1, relu6: bool = True) -> list[torch.nn.Module]:
+    layers = [torch.nn.Conv2d(c_in, c_out, 3 if groups > 1 else 1, padding=1 if groups > 1 else 0, groups=groups,
+                              bias=False), torch.nn.BatchNorm2d(c_out)]
+    return layers + ([torch.nn.ReLU6()] if relu6 else [])
+
+
+class SmallMobileNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False),
+                                        torch.nn.BatchNorm2d(16), torch.nn.ReLU6())
+        self.narrow = torch.nn.Sequential(*_conv_bn(16, 16, groups=16), *_conv_bn(16, 24, relu6=False))
+        self.widen = torch.nn.Sequential(*_conv_bn(24, 32))
+        self.residual = torch.nn.Sequential(*_conv_bn(32, 32, groups=32), *_conv_bn(32, 32, relu6=False))
+
+    def forward(self, x):
+        y = self.widen(self.narrow(self.stem(x)))
+        return y + self.residual(y)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    net = SmallMobileNet().eval()
+    with torch.no_grad():  # statistics away from 0 and 1, so that BatchNorm's arithmetic matters
+        for module in net.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.uniform_(-0.5, 0.5)
+                module.running_var.uniform_(0.5, 2.0)
+    return net
+
+
+@pytest.fixture(scope="module")
+def example():
+    return torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(3))
+
+
+@pytest.fixture(scope="module")
+def imported(model, example):
+    return models.import_to_relax(model, example)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tvm.target.Target({"kind": "llvm", "mcpu": str(tvm.target.codegen.llvm_get_system_cpu()), "num-cores": 2})
+
+
+def _kernel_names(mod: tvm.IRModule) -> list[str]:
+    return [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+
+
+@pytest.mark.parametrize("layout", ["NCHW8c", "NCHW16c"])
+def test_a_blocked_build_computes_what_pytorch_computes(imported, model, example, target, layout):
+    executable = tvm.compile(build.fuse(imported.mod, target, layout), target=target)
+    compiled = build.load_executable(executable, imported, target)
+    with torch.no_grad():
+        expected = model(example).numpy()
+    np.testing.assert_allclose(compiled(example), expected, rtol=1e-4, atol=1e-4)
+
+
+def _conv_layouts(mod: tvm.IRModule, layout: str) -> list[str]:
+    converted = tvm.transform.Sequential(nchwc.layout_passes(layout))(mod)
+    return [f"{c.attrs.data_layout}->{c.attrs.out_layout}" for c in ir.calls(converted, "relax.nn.conv2d")]
+
+
+def test_each_side_of_a_convolution_takes_the_largest_block_that_divides_it(imported):
+    # stem 3->16, depthwise 16, 16->24, 24->32, depthwise 32, 32->32
+    assert _conv_layouts(imported.mod, "NCHW16c") == [
+        "NCHW3c->NCHW16c", "NCHW16c->NCHW16c", "NCHW16c->NCHW8c", "NCHW8c->NCHW16c", "NCHW16c->NCHW16c", "NCHW16c->NCHW16c"]
+    assert _conv_layouts(imported.mod, "NCHW8c") == ["NCHW3c->NCHW8c"] + ["NCHW8c->NCHW8c"] * 5
+    assert _conv_layouts(imported.mod, "NCHW") == ["NCHW->NCHW"] * 6
+
+
+def test_blocked_convolutions_become_tvms_blocked_kernels(imported, target):
+    def blocked(layout):
+        names = _kernel_names(build.fuse(imported.mod, target, layout))
+        return (sum("depthwise_conv2d_NCHWc" in n for n in names),
+                sum("conv2d_NCHWc" in n and "depthwise" not in n for n in names))
+
+    assert blocked("NCHW") == (0, 0)
+    assert blocked("NCHW16c") == (2, 4)
+
+
+def test_relu6_becomes_max_then_min_so_the_layout_passes_through_it(imported):
+    converted = ir.op_histogram(tvm.transform.Sequential(nchwc.layout_passes("NCHW8c"))(imported.mod))
+    assert ir.op_histogram(imported.mod)["clip"] == 4  # the import has ReLU6 as clip: the pass does the work
+    assert converted["clip"] == 0 and converted["maximum"] == converted["minimum"] == 4
+    assert nchwc.layout_passes("NCHW") == []
+
+
+def test_the_block_fills_one_vector_register():
+    assert nchwc.block_for(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"})) == 8
+    assert nchwc.block_for(tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512"})) == 16
+    assert nchwc.layout_name(16) == "NCHW16c" and nchwc.block_of("NCHW16c") == 16 and nchwc.block_of("NCHW") is None
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHWc", "NCHW0c", "nchw16c"])
+def test_an_unknown_layout_is_a_clear_error(imported, target, tmp_path, layout):
+    with pytest.raises(ValueError, match="Unknown activation layout"):
+        nchwc.block_of(layout)
+    with pytest.raises(ValueError, match="Unknown activation layout"):
+        tuning.tune(imported.mod, target, tmp_path, max_trials_per_task=1, layout=layout)
+    assert not (tmp_path / tuning.SETTINGS_FILE).exists()  # refused before anything was written
+
+
+def test_a_database_records_its_layout_and_its_builds_follow_it(imported, model, example, target, tmp_path):
+    work_dir = tmp_path / "blocked"
+    with contextlib.redirect_stdout(io.StringIO()):
+        tuning.tune(imported.mod, target, work_dir, max_trials_per_task=1, prepack=True, layout="NCHW8c")
+    assert json.loads((work_dir / tuning.SETTINGS_FILE).read_text())["layout"] == "NCHW8c"
+    assert tuning.tuned_layout(work_dir) == "NCHW8c"
+    applied = tuning.apply_database(imported.mod, target, work_dir)
+    assert any("conv2d_NCHWc" in n for n in _kernel_names(applied))
+    compiled = tuning.compile_tuned(imported, target, work_dir)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(example), model(example).numpy(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(TuningDatabaseError, match="layout='NCHW8c'"):
+        tuning.tune(imported.mod, target, work_dir, max_trials_per_task=1, prepack=True)
