@@ -126,14 +126,16 @@ def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16)
 
     add(UNTUNED, compile_model(imported, target), 0.0, 0)
     add(TRANSFERRED, source.compile(imported, target), 0.0, source.trials_per_task)
+    layout = tuning.tuned_layout(source.path)  # the top-up replays its schedules; the scratch arm tunes the same form
     start = time.perf_counter()
-    tuning.tune(imported.mod, target, work / "top-up", max_trials_per_task=top_up, prepack=True, seed_from=source.path)
+    tuning.tune(imported.mod, target, work / "top-up", max_trials_per_task=top_up, prepack=True, seed_from=source.path,
+                layout=layout)
     add(top_up_label(top_up), tuning.compile_tuned(imported, target, work / "top-up"),
         (time.perf_counter() - start) / 60, tuning.budget(work / "top-up"))
     spent, done = 0.0, 0
     for total in sorted(scratch):
         start = time.perf_counter()
-        tuning.tune(imported.mod, target, work / "scratch", max_trials_per_task=total - done, prepack=True)
+        tuning.tune(imported.mod, target, work / "scratch", max_trials_per_task=total - done, prepack=True, layout=layout)
         spent += (time.perf_counter() - start) / 60
         done = total
         add(scratch_label(total), tuning.compile_tuned(imported, target, work / "scratch"), spent, total)

@@ -497,6 +497,11 @@ def tune(
         budget_trials = min(budget_trials, max_trials_global)
     seeded_from = None
     if seed_from is not None:
+        if tuned_layout(seed_from) != layout:
+            raise TuningDatabaseError(
+                f"{seed_from} was tuned with layout={tuned_layout(seed_from)!r}: none of its kernels is one of "
+                f"layout={layout!r}. Pass layout={tuned_layout(seed_from)!r} to seed from it."
+            )
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
     _write_settings(work_dir, prepack, 0, seeded_from, layout)  # before tuning: an interrupted run still says how it was prepared
     with quiet_metaschedule():

@@ -136,3 +136,11 @@ def test_a_database_records_its_layout_and_its_builds_follow_it(imported, model,
         np.testing.assert_allclose(compiled(example), model(example).numpy(), rtol=1e-4, atol=1e-4)
     with pytest.raises(TuningDatabaseError, match="layout='NCHW8c'"):
         tuning.tune(imported.mod, target, work_dir, max_trials_per_task=1, prepack=True)
+
+
+def test_seeding_from_a_database_of_another_layout_says_which_layout_to_tune(imported, target, tmp_path):
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / tuning.SETTINGS_FILE).write_text(json.dumps({"prepack": True, "layout": "NCHW16c"}))
+    with pytest.raises(TuningDatabaseError, match="Pass layout='NCHW16c' to seed from it"):
+        tuning.tune(imported.mod, target, tmp_path / "mine", max_trials_per_task=1, prepack=True, seed_from=source)
