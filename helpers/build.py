@@ -79,7 +79,7 @@ def fast_math(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     return mod
 
 
-def fusion_passes(target: tvm.target.Target | None = None, layout: str = "NCHW") -> list[tvm.transform.Pass]:
+def fusion_passes(target: tvm.target.Target | None = None, layout: str = nchwc.PLAIN) -> list[tvm.transform.Pass]:
     """The passes that turn an imported module into fused TensorIR kernels.
 
     Inference decomposition (BatchNorm into arithmetic), legalization into TIR,
@@ -104,7 +104,7 @@ def fusion_passes(target: tvm.target.Target | None = None, layout: str = "NCHW")
     ]
 
 
-def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None, layout: str = "NCHW") -> tvm.IRModule:
+def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None, layout: str = nchwc.PLAIN) -> tvm.IRModule:
     """``mod`` with its operators legalized and fused into kernels for ``target`` (convolutions in ``layout``)."""
     target = target or cpu_target()
     with target:

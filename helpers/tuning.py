@@ -221,7 +221,7 @@ def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, la
     return relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
 
 
-def _check_prepack(work_dir: Path, prepack: bool, layout: str = nchwc.PLAIN) -> None:
+def _check_prepared_alike(work_dir: Path, prepack: bool, layout: str = nchwc.PLAIN) -> None:
     """Refuse to add kernels prepared one way to a database of kernels prepared another way."""
     if not (work_dir / SETTINGS_FILE).is_file():
         return
@@ -240,7 +240,7 @@ def _check_prepack(work_dir: Path, prepack: bool, layout: str = nchwc.PLAIN) -> 
 def _write_settings(work_dir: Path, prepack: bool, trials_per_task: float, seeded_from: dict | None = None,
                     layout: str = nchwc.PLAIN) -> None:
     """Record how the kernels were prepared and add this run's budget to the database's."""
-    _check_prepack(work_dir, prepack, layout)
+    _check_prepared_alike(work_dir, prepack, layout)
     settings = _read_settings(work_dir)
     settings["prepack"] = prepack
     if layout != nchwc.PLAIN:  # databases from before layouts were recorded are NCHW
@@ -479,7 +479,7 @@ def tune(
     _refuse_prepacking_symbolic(mod, prepack)
     work_dir = Path(work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
-    _check_prepack(work_dir, prepack, layout)
+    _check_prepared_alike(work_dir, prepack, layout)
     import_tensor_intrinsics()
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
@@ -795,7 +795,8 @@ def apply_database(
     unless ``transfer`` is True: then a kernel with no record for this target
     replays the fastest one tuned for another target. Kernels with no record
     keep TVM's default, untuned code. ``prepack`` defaults to what the database
-    was tuned with; with prepacking, the weight layout rewrites are split out of
+    was tuned with, and the kernels are fused in the convolution layout it was tuned in
+    (``tuned_layout``); with prepacking, the weight layout rewrites are split out of
     the kernels and lifted into ``main_transform_params``. With ``lift`` (always with ``prepack``), every
     kernel that reads weights only (a ``Linear``'s weight transposed for its matmul, an int8 weight
     quantized) is lifted into ``main_transform_params`` too: it runs once at load, not on every call.
