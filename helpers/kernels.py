@@ -24,8 +24,8 @@ from tvm.script import tirx as T
 from .build import relative_error
 from .config import pick
 from .errors import CourseError
-from . import machine
-from .machine import FmaThroughput, cpu_target, vector_width_bits
+from . import machine, nchwc
+from .machine import FmaThroughput, cpu_target
 from .timing import Timing
 
 BLOCK_NAME = "conv"
@@ -41,7 +41,7 @@ class KernelMismatchError(CourseError, AssertionError):
 
 def float32_lanes(target: tvm.target.Target | None = None) -> int:
     """float32 values per vector register of the target's CPU (16 with AVX-512, 8 with AVX2)."""
-    return vector_width_bits(target) // 32
+    return nchwc.block_for(target)
 
 
 def peak_gflops(cores: int, ghz: float, lanes: int, fma_units: int) -> float:

@@ -25,8 +25,9 @@ PLAIN = "NCHW"
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 
 
-def block_for(target: tvm.target.Target) -> int:
-    """The channel block that fills one vector register on ``target``: 16 floats with AVX-512, 8 with AVX2."""
+def block_for(target: tvm.target.Target | None = None) -> int:
+    """The channel block that fills one vector register on ``target`` (default: this CPU): 16 floats with
+    AVX-512, 8 with AVX2. ``kernels.float32_lanes`` is the same number, for one kernel."""
     return vector_width_bits(target) // 32
 
 
