@@ -7,11 +7,13 @@ task: enough for real records, in 10 to 20 s on two cores.
 import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -122,16 +124,56 @@ def test_tune_shows_a_progress_bar_instead_of_metaschedule_logs(tuned):
     assert "task_scheduler.cc" not in shown and "[INFO]" not in shown
 
 
-def test_in_process_builder_builds_in_this_process_quickly(target):
+def _doubling_kernel() -> tvm.IRModule:
     a = tvm.te.placeholder((64,), name="a")
     b = tvm.te.compute((64,), lambda i: a[i] * 2.0, name="b")
-    mod = tvm.IRModule({"main": tvm.te.create_prim_func([a, b])})
+    return tvm.IRModule({"main": tvm.te.create_prim_func([a, b])})
+
+
+def test_in_process_builder_builds_in_this_process_quickly(target):
+    mod = _doubling_kernel()
     start = time.perf_counter()
     results = tuning.InProcessBuilder().build([ms.builder.BuilderInput(mod, target)])
     elapsed = time.perf_counter() - start
     assert results[0].error_msg is None and results[0].artifact_path
     assert elapsed < 10, f"an in-process build took {elapsed:.1f} s"
     shutil.rmtree(str(results[0].artifact_path).rsplit("/", 1)[0], ignore_errors=True)
+
+
+def _thread_bound_kernel() -> tvm.IRModule:
+    """A kernel bound to GPU threads, which the CPU's code generator refuses."""
+    sch = tvm.s_tir.Schedule(_doubling_kernel())
+    sch.bind(sch.get_loops(sch.get_sblock("b"))[0], "threadIdx.x")
+    return sch.mod
+
+
+@pytest.mark.parametrize("timeout_s", [tuning.BUILD_TIMEOUT_S, None], ids=["in a fork", "here"])
+def test_a_candidate_that_fails_to_build_is_a_failed_candidate_with_its_reason(target, timeout_s):
+    results = tuning.InProcessBuilder(timeout_s=timeout_s).build([ms.builder.BuilderInput(_thread_bound_kernel(), target)])
+    assert results[0].artifact_path is None
+    assert results[0].error_msg.startswith("InProcessBuilder: ") and "Error" in results[0].error_msg
+
+
+def test_a_build_that_runs_past_its_time_limit_is_stopped_and_fails(target):
+    start = time.perf_counter()
+    results = tuning.InProcessBuilder(timeout_s=1e-4).build([ms.builder.BuilderInput(_doubling_kernel(), target)])
+    assert results[0].artifact_path is None
+    assert "took over 0.0001 s and was stopped" in results[0].error_msg
+    assert time.perf_counter() - start < 10
+    assert not _zombie_children(), "the stopped build was left behind, not waited for"
+
+
+def _zombie_children() -> list[str]:
+    """This process's children that exited and were never waited for (Linux's /proc)."""
+    zombies = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rsplit(")", 1)[1].split()[:2]
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if parent == str(os.getpid()) and state == "Z":
+            zombies.append(stat.parent.name)
+    return zombies
 
 
 def test_tuned_build_matches_the_untuned_build_and_uses_the_database(imported, model, example, target, tuned):
