@@ -86,9 +86,10 @@ class Database:
         """Whether it was tuned with weight prepacking (then its builds transform the weights once, at load)."""
         return tuning.tuned_with_prepacking(self.path)
 
-    def compile(self, imported: ImportedModel, target: tvm.target.Target) -> CompiledModel:
-        """Build ``imported`` with this database, transferring records when it was tuned elsewhere."""
-        return tuning.compile_tuned(imported, target, self.path, transfer=self.transferred)
+    def compile(self, imported: ImportedModel, target: tvm.target.Target, layout: str | None = None) -> CompiledModel:
+        """Build ``imported`` with this database, transferring records when it was tuned elsewhere.
+        ``layout``: the convolutions' layout, when not the one the database was tuned in."""
+        return tuning.compile_tuned(imported, target, self.path, transfer=self.transferred, layout=layout)
 
 
 def roots() -> list[tuple[str, Path]]:

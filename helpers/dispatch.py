@@ -44,7 +44,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.relax.dpl import ExternFuncPattern, is_op, is_tuple_get_item, rewrite_call, wildcard
 
-from . import ir
+from . import ir, nchwc
 from .build import CompiledModel, load_executable
 from .errors import CourseError
 from .machine import cpu_target
@@ -524,8 +524,8 @@ def compile_dispatched(imported: ImportedModel, target: tvm.target.Target | None
                           "with prepack=True (all shipped ones are), or dispatch without prepack.")
     offloaded = ImportedModel(mod=offload_convs(imported.mod, **rewrite), params=imported.params,
                               input_shape=imported.input_shape, input_dtype=imported.input_dtype)
-    if database is not None:
-        return database.compile(offloaded, target)
+    if database is not None:  # the kernels left in TVM stay NCHW, whatever layout the database was tuned in
+        return database.compile(offloaded, target, layout=nchwc.PLAIN)
     lifted = relax.transform.LiftTransformParams()(offloaded.mod)
     compiled = load_executable(tvm.compile(lifted, target=target, relax_pipeline="default"), offloaded, target)
     compiled.params = list(compiled.vm["main_transform_params"](compiled.params))

@@ -847,6 +847,7 @@ def apply_database(
     prepack: bool | None = None,
     transfer: bool = False,
     lift: bool = False,
+    layout: str | None = None,
 ) -> tvm.IRModule:
     """Fuse ``mod`` into kernels and give each the best schedule tuned for ``target``.
 
@@ -855,8 +856,9 @@ def apply_database(
     unless ``transfer`` is True: then a kernel with no record for this target
     replays the fastest one tuned for another target. Kernels with no record
     keep TVM's default, untuned code. ``prepack`` defaults to what the database
-    was tuned with, and the kernels are fused in the convolution layout it was tuned in
-    (``tuned_layout``); with prepacking, the weight layout rewrites are split out of
+    was tuned with, and ``layout`` (the convolutions' layout) to the one it was tuned in
+    (``tuned_layout``): a build whose convolutions go to a library asks for NCHW (see
+    ``add_kernels_from``); with prepacking, the weight layout rewrites are split out of
     the kernels and lifted into ``main_transform_params``. With ``lift`` (always with ``prepack``), every
     kernel that reads weights only (a ``Linear``'s weight transposed for its matmul, an int8 weight
     quantized) is lifted into ``main_transform_params`` too: it runs once at load, not on every call.
@@ -870,7 +872,7 @@ def apply_database(
         prepack = tuned_with_prepacking(work_dir)
     _refuse_prepacking_symbolic(mod, prepack)
     import_tensor_intrinsics(work_dir / RECORD_FILE)  # records may replay tensorized schedules
-    prepared = _prepare(mod, target, prepack, tuned_layout(work_dir))
+    prepared = _prepare(mod, target, prepack, tuned_layout(work_dir) if layout is None else layout)
     tasks = _tasks(prepared, target)
     found = [t.task_name for t in tasks if db.has_workload(t.dispatched[0])]
     if tasks and not found:
@@ -899,6 +901,7 @@ def build_tuned(
     prepack: bool | None = None,
     transfer: bool = False,
     lift: bool = False,
+    layout: str | None = None,
 ) -> tvm.runtime.Executable:
     """Compile ``mod`` with its tuned kernels: fuse, apply the database, then ``tvm.compile``.
 
@@ -906,7 +909,7 @@ def build_tuned(
     and weights as the untuned build. With either, the weights must first go through
     ``main_transform_params``: ``compile_tuned`` does that for you.
     """
-    applied = apply_database(mod, target, work_dir, prepack, transfer, lift)
+    applied = apply_database(mod, target, work_dir, prepack, transfer, lift, layout)
     return tvm.compile(applied, target=target, relax_pipeline="default")
 
 
@@ -916,6 +919,7 @@ def compile_tuned(
     work_dir: str | Path,
     prepack: bool | None = None,
     transfer: bool = False,
+    layout: str | None = None,
 ) -> CompiledModel:
     """Build ``imported`` with its tuned kernels and load it, weights prepacked if tuned so.
 
@@ -928,19 +932,20 @@ def compile_tuned(
     applies it (this module and ``build``), so a second call with
     the same ones loads it instead of replaying every schedule again.
     ``transfer`` lets kernels with no record for ``target`` use records tuned
-    for another CPU (see ``apply_database``): check parity, and say so.
+    for another CPU (see ``apply_database``): check parity, and say so. ``layout``: see ``apply_database``.
     """
     work_dir = Path(work_dir)
+    layout = tuned_layout(work_dir) if layout is None else layout
     device_for(target)  # no such device here: fail before the build
     _load_database(work_dir)  # a clear error for a missing database, before the cache is asked
     cache_key = cache.key(
         "compile_tuned", str(target), tvm_ffi.structural_hash(imported.mod), prepack,
         cache.file_digest([work_dir / WORKLOAD_FILE, work_dir / RECORD_FILE]),
-        tuned_with_prepacking(work_dir), tuned_layout(work_dir), transfer,
+        tuned_with_prepacking(work_dir), layout, transfer,
         cache.file_digest(_FUSION_CODE),  # the fusion passes, the database's use
     )
     executable, _ = cache.load_or_build(
-        "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack, transfer, lift=True)
+        "tuned", cache_key, lambda: build_tuned(imported.mod, target, work_dir, prepack, transfer, lift=True, layout=layout)
     )
     compiled = load_executable(executable, imported, target)
     if cache.path_for("tuned", cache_key).is_file():
@@ -986,6 +991,40 @@ def prune_database(work_dir: str | Path, keep: int = 1) -> int:
         (staging / name).replace(work_dir / name)
     staging.rmdir()
     return kept
+
+
+def add_kernels_from(work_dir: str | Path, source: str | Path) -> int:
+    """Copy ``source``'s fastest record of each kernel that ``work_dir`` lacks; return how many kernels.
+
+    A database tuned in channel blocks (``layout='NCHW16c'``) has no schedule for the NCHW kernels
+    that a build with its convolutions dispatched to oneDNN (Day 13) leaves in TVM: pooling, the
+    classifier, the element-wise work between two library calls. The NCHW database tuned on the same
+    CPU has them. Both must be prepared alike (with or without prepacking), or the kernels never match.
+    The copy is recorded in ``course_tuning.json`` (``kernels_from``), with the source's layout and budget.
+    """
+    work_dir, source = Path(work_dir), Path(source)
+    if source.resolve() == work_dir.resolve():
+        raise CourseError(f"add_kernels_from needs another database than {work_dir} to copy from.")
+    if tuned_with_prepacking(source) != tuned_with_prepacking(work_dir):
+        raise TuningDatabaseError(
+            f"{source} was tuned with prepack={tuned_with_prepacking(source)} and {work_dir} with "
+            f"prepack={tuned_with_prepacking(work_dir)}: their kernels are prepared differently and would never match."
+        )
+    into, theirs = _load_database(work_dir), _load_database(source)
+    added = 0
+    for workload, group in _workloads(_measured_records(theirs)):
+        if into.has_workload(workload.mod):
+            continue
+        copy = into.commit_workload(workload.mod)
+        best = min(group, key=_mean_secs)
+        into.commit_tuning_record(ms.database.TuningRecord(best.trace, copy, best.run_secs, best.target, best.args_info))
+        added += 1
+    settings = _read_settings(work_dir)
+    settings.setdefault("kernels_from", []).append(
+        {"database": source.name, "layout": tuned_layout(source), "trials_per_task": budget(source), "kernels": added}
+    )
+    (work_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+    return added
 
 
 # --------------------------------------------------------------------- summary

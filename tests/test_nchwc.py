@@ -8,14 +8,15 @@ that the blocked build computes what PyTorch computes, and that a database recor
 import contextlib
 import io
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
 import tvm
 
-from helpers import build, ir, models, nchwc, tuning
-from helpers.errors import TuningDatabaseError
+from helpers import build, databases, dispatch, ir, models, nchwc, tuning
+from helpers.errors import CourseError, TuningDatabaseError
 
 
 def _conv_bn(c_in: int, c_out: int, groups: int = 1, relu6: bool = True) -> list[torch.nn.Module]:
@@ -123,12 +124,22 @@ def test_an_unknown_layout_is_a_clear_error(imported, target, tmp_path, layout):
     assert not (tmp_path / tuning.SETTINGS_FILE).exists()  # refused before anything was written
 
 
-def test_a_database_records_its_layout_and_its_builds_follow_it(imported, model, example, target, tmp_path):
-    work_dir = tmp_path / "blocked"
+@pytest.fixture(scope="module")
+def tuned(imported, target, tmp_path_factory):
+    """The small net tuned for one trial per kernel, prepacked, in NCHW and in NCHW8c: {layout: directory}."""
+    root = tmp_path_factory.mktemp("tuned")
     with contextlib.redirect_stdout(io.StringIO()):
-        tuning.tune(imported.mod, target, work_dir, max_trials_per_task=1, prepack=True, layout="NCHW8c")
+        for layout in (nchwc.PLAIN, "NCHW8c"):
+            tuning.tune(imported.mod, target, root / layout, max_trials_per_task=1, prepack=True, layout=layout)
+    return {layout: root / layout for layout in (nchwc.PLAIN, "NCHW8c")}
+
+
+def test_a_database_records_its_layout_and_its_builds_follow_it(imported, model, example, target, tuned):
+    work_dir = tuned["NCHW8c"]
     assert json.loads((work_dir / tuning.SETTINGS_FILE).read_text())["layout"] == "NCHW8c"
     assert tuning.tuned_layout(work_dir) == "NCHW8c"
+    assert "layout" not in json.loads((tuned[nchwc.PLAIN] / tuning.SETTINGS_FILE).read_text())
+    assert tuning.tuned_layout(tuned[nchwc.PLAIN]) == nchwc.PLAIN
     applied = tuning.apply_database(imported.mod, target, work_dir)
     assert any("conv2d_NCHWc" in n for n in _kernel_names(applied))
     compiled = tuning.compile_tuned(imported, target, work_dir)
@@ -144,3 +155,42 @@ def test_seeding_from_a_database_of_another_layout_says_which_layout_to_tune(imp
     (source / tuning.SETTINGS_FILE).write_text(json.dumps({"prepack": True, "layout": "NCHW16c"}))
     with pytest.raises(TuningDatabaseError, match="Pass layout='NCHW16c' to seed from it"):
         tuning.tune(imported.mod, target, tmp_path / "mine", max_trials_per_task=1, prepack=True, seed_from=source)
+
+
+def _scheduled_kernels(mod: tvm.IRModule, target, work_dir, layout: str) -> list[str]:
+    applied = tuning.apply_database(mod, target, work_dir, layout=layout)
+    return sorted(gv.name_hint for gv, f in applied.functions.items()
+                  if isinstance(f, tvm.tirx.PrimFunc) and f.attrs.get("tirx.is_scheduled", False))
+
+
+def test_a_blocked_database_takes_the_plain_kernels_that_a_dispatched_build_leaves_in_tvm(
+        imported, model, example, target, tuned, tmp_path):
+    plain, blocked = tuned[nchwc.PLAIN], shutil.copytree(tuned["NCHW8c"], tmp_path / "blocked")
+    offloaded = dispatch.offload_convs(imported.mod, prepack=True)  # the depthwise convolutions stay in TVM
+    wanted = _scheduled_kernels(offloaded, target, plain, nchwc.PLAIN)
+    assert any("conv2d" in name for name in wanted), wanted
+    with pytest.raises(TuningDatabaseError, match="0 of this module's"):
+        _scheduled_kernels(offloaded, target, blocked, nchwc.PLAIN)
+
+    added = tuning.add_kernels_from(blocked, plain)
+    assert added > 0
+    assert _scheduled_kernels(offloaded, target, blocked, nchwc.PLAIN) == wanted
+    settings = json.loads((blocked / tuning.SETTINGS_FILE).read_text())
+    assert settings["layout"] == "NCHW8c"
+    assert settings["kernels_from"] == [{"database": plain.name, "layout": "NCHW", "trials_per_task": 1, "kernels": added}]
+    assert tuning.add_kernels_from(blocked, plain) == 0, "a kernel it has already is not copied again"
+    database = databases.Database(blocked, databases.YOURS, "here", 2, 1, transferred=False)
+    compiled = dispatch.compile_dispatched(imported, target, database=database, prepack=True)
+    with torch.no_grad():
+        np.testing.assert_allclose(compiled(example), model(example).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_kernels_are_copied_only_between_databases_prepared_alike(tmp_path):
+    for name, prepack in (("packed", True), ("plain", False)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / tuning.SETTINGS_FILE).write_text(json.dumps({"prepack": prepack}))
+    with pytest.raises(TuningDatabaseError, match="prepack=False .* would never match"):
+        tuning.add_kernels_from(tmp_path / "packed", tmp_path / "plain")
+    with pytest.raises(CourseError, match="another database"):
+        tuning.add_kernels_from(tmp_path / "packed", tmp_path / "packed")
+
