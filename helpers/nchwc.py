@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 
 import tvm
-from tvm import relax, te, topi
+from tvm import relax, s_tir, te, topi
 from tvm.relax.transform.legalize_ops import nn as _default_nn
+from tvm.s_tir import meta_schedule as ms
 
 from .machine import vector_width_bits
 
@@ -151,3 +152,72 @@ def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 def legalize_map(layout: str) -> dict | None:
     """``LegalizeOps``' ``customize_legalize_map`` for ``layout`` (None: TVM's own rules)."""
     return None if block_of(layout) is None else {"relax.nn.conv2d": legalize_conv2d}
+
+
+# ------------------------------------------------------------------ Day 7's schedule, tuned
+
+CONV_BLOCK = "conv2d_NCHWc"  # TOPI's name for the blocked convolution's computation
+
+
+def _elementwise_after(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> list[s_tir.SBlockRV]:
+    """The chain of single consumers after ``block``: BatchNorm's arithmetic, a residual add, ReLU."""
+    chain = []
+    while len(consumers := sch.get_consumers(block)) == 1:
+        block = consumers[0]
+        chain.append(block)
+    return chain
+
+
+def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: int = 4) -> None:
+    """Day 7's schedule of a blocked convolution, for a fused kernel, with its two tile sizes sampled.
+
+    Each parallel task computes a tile of ``row`` output pixels by ``blocks`` output channel blocks in
+    registers (``row * blocks`` vectors of accumulators): for every input channel and kernel position it
+    loads ``blocks`` weight vectors and broadcasts one input value per pixel. The element-wise work after
+    the convolution (BatchNorm, ReLU, a residual add) is inlined into one block that writes the finished
+    tile; the padding is its own parallel, vectorized pass. The search picks ``row`` (a divisor of the
+    output width, at most ``max_row``) and ``blocks`` (at most ``max_blocks``); nothing else varies, so a
+    few dozen trials explore the whole space that MetaSchedule's generic tiling rarely reaches.
+    """
+    conv = sch.get_sblock(CONV_BLOCK)
+    chain = _elementwise_after(sch, conv)
+    for block in chain[:-1]:
+        sch.compute_inline(block)
+    out = chain[-1] if chain else sch.cache_write(conv, 0, "global")
+    for producer in sch.get_producers(conv):
+        if sch.get(producer).name_hint == "data_pad":
+            *outer, lanes = sch.get_loops(producer)
+            sch.vectorize(lanes)
+            sch.parallel(sch.fuse(*outer))
+    in_block = int(sch.get(conv).reads[0].source.shape[-1])
+    n, oc, oh, ow, oc_lanes, ic, kh, kw = sch.get_loops(conv)
+    ow_outer, row = sch.split(ow, sch.sample_perfect_tile(ow, n=2, max_innermost_factor=max_row))
+    oc_outer, blocks = sch.split(oc, sch.sample_perfect_tile(oc, n=2, max_innermost_factor=max_blocks))
+    ic_outer, ic_inner = sch.split(ic, [None, in_block])
+    sch.reorder(n, oc_outer, oh, ow_outer, ic_outer, kh, kw, ic_inner, row, blocks, oc_lanes)
+    sch.parallel(sch.fuse(n, oc_outer, oh))
+    sch.reverse_compute_at(out, ow_outer, preserve_unit_loops=True)  # unit loops kept: a trace replays alike
+    sch.set_scope(conv, 0, "local")  # the accumulators: a small array LLVM keeps in registers
+    sch.vectorize(oc_lanes)
+    sch.unroll(row)
+    sch.unroll(blocks)
+    init = sch.decompose_reduction(conv, ic_outer)
+    for block in (init, out):
+        sch.vectorize(sch.get_loops(block)[-1])
+
+
+def has_blocked_conv(kernel: tvm.IRModule) -> bool:
+    """Whether a fused kernel computes a blocked (not depthwise) convolution."""
+    try:
+        s_tir.Schedule(kernel).get_sblock(CONV_BLOCK)
+    except s_tir.ScheduleError:
+        return False
+    return True
+
+
+def search_space(task) -> ms.space_generator.SpaceGenerator | str:
+    """A tuning task's search space: ``schedule_conv2d_nchwc``'s for blocked convolutions, MetaSchedule's
+    generic one (``post-order-apply``) for everything else (``tuning.tune``'s ``space_for``)."""
+    if has_blocked_conv(task.dispatched[0]):
+        return ms.space_generator.ScheduleFn(schedule_conv2d_nchwc)
+    return "post-order-apply"

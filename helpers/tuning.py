@@ -517,7 +517,9 @@ def tune(
 
     ``space_for`` picks a search space per kernel (an extracted task in, a MetaSchedule
     space generator or ``"post-order-apply"`` out), e.g. Day 12's VNNI space for int8
-    kernels only; by default every kernel gets the target's default space.
+    kernels only; by default every kernel gets the target's default space, except the blocked
+    convolutions of a channel-blocked ``layout``: Day 7's schedule with its tile sizes searched
+    (``nchwc.search_space``).
 
     ``runner`` measures the candidates: by default a ``LocalRunner`` on this machine; an
     ``RPCRunner`` measures them on the servers of an RPC tracker (``helpers.rpc_tuning``).
@@ -564,6 +566,8 @@ def tune(
             )
         seeded_from = _seed_with(tasks, target, work_dir, Path(seed_from), progress)
     _write_settings(work_dir, prepack, 0, seeded_from, layout)  # before tuning: an interrupted run still says how it was prepared
+    if space_for is None and nchwc.block_of(layout) is not None:
+        space_for = nchwc.search_space
     with quiet_metaschedule():
         _run_tuning(tasks, target, work_dir, max_trials_per_task, budget_trials, progress, seed, space_for, runner)
     _write_settings(work_dir, prepack, budget_trials / len(tasks), layout=layout)

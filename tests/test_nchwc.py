@@ -194,3 +194,27 @@ def test_kernels_are_copied_only_between_databases_prepared_alike(tmp_path):
     with pytest.raises(CourseError, match="another database"):
         tuning.add_kernels_from(tmp_path / "packed", tmp_path / "packed")
 
+
+def _run_kernel(kernel: tvm.IRModule, target, arrays: list[np.ndarray]) -> np.ndarray:
+    """Build one TIR kernel and run it on ``arrays`` (its last buffer is the output)."""
+    lib = tvm.compile(kernel, target=target)
+    args = [tvm.runtime.tensor(a) for a in arrays]
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+def test_days_7_schedule_computes_every_blocked_convolution_right_whatever_tiles_it_samples(imported, target):
+    tasks = tvm.s_tir.meta_schedule.relax_integration.extract_tasks(build.fuse(imported.mod, target, "NCHW8c"), target)
+    blocked = [t.dispatched[0] for t in tasks if nchwc.has_blocked_conv(t.dispatched[0])]
+    assert len(blocked) == 4  # the stem (3 channels in), 16 -> 24 and 24 -> 32 with BatchNorm, 32 -> 32 with the add
+    assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks if not nchwc.has_blocked_conv(t.dispatched[0]))
+    rng = np.random.default_rng(0)
+    for kernel in blocked:
+        shapes = [[int(d) for d in kernel["main"].buffer_map[p].shape] for p in kernel["main"].params]
+        arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+        expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
+        for seed in (1, 2, 3):
+            sch = tvm.s_tir.Schedule(kernel, seed=seed)
+            nchwc.schedule_conv2d_nchwc(sch)
+            assert "vectorized" in sch.mod.script() and "parallel" in sch.mod.script()
+            np.testing.assert_allclose(_run_kernel(sch.mod, target, [a.copy() for a in arrays]), expected, rtol=1e-4, atol=1e-4)
