@@ -210,7 +210,7 @@ def test_days_7_schedule_computes_every_blocked_convolution_right_whatever_tiles
     assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks if not nchwc.has_blocked_conv(t.dispatched[0]))
     rng = np.random.default_rng(0)
     for kernel in blocked:
-        shapes = [[int(d) for d in kernel["main"].buffer_map[p].shape] for p in kernel["main"].params]
+        shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(kernel["main"])]
         arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
         expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
         for seed in (1, 2, 3):
