@@ -309,6 +309,10 @@ def _write_settings(work_dir: Path, prepack: bool, trials_per_task: float, seede
     settings["quick"] = bool(settings.get("quick", False) or config.quick())
     if seeded_from is not None:
         settings["seeded_from"] = seeded_from
+    _save_settings(work_dir, settings)
+
+
+def _save_settings(work_dir: Path, settings: dict) -> None:
     (work_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
 
 
@@ -838,9 +842,7 @@ def _database_for_target(db, target: tvm.target.Target, work_dir: Path, transfer
         if copy is None:
             copy = memory.commit_workload(record.workload.mod)
             workloads.append((record.workload, copy))
-        memory.commit_tuning_record(
-            ms.database.TuningRecord(record.trace, copy, record.run_secs, record.target, record.args_info)
-        )
+        memory.commit_tuning_record(_record_for(record, copy))
     return memory
 
 
@@ -967,6 +969,11 @@ def _has_function(vm: relax.VirtualMachine, name: str) -> bool:
     return True
 
 
+def _record_for(record, workload) -> ms.database.TuningRecord:
+    """``record`` (its schedule, times and target) for ``workload`` as committed to another database."""
+    return ms.database.TuningRecord(record.trace, workload, record.run_secs, record.target, record.args_info)
+
+
 def prune_database(work_dir: str | Path, keep: int = 1) -> int:
     """Keep only the ``keep`` fastest measured records of each kernel; return how many remain.
 
@@ -986,9 +993,7 @@ def prune_database(work_dir: str | Path, keep: int = 1) -> int:
     for workload, group in _workloads(_measured_records(db)):
         copy = pruned.commit_workload(workload.mod)
         for record in sorted(group, key=_mean_secs)[:keep]:
-            pruned.commit_tuning_record(
-                ms.database.TuningRecord(record.trace, copy, record.run_secs, record.target, record.args_info)
-            )
+            pruned.commit_tuning_record(_record_for(record, copy))
             kept += 1
     del pruned
     for name in (WORKLOAD_FILE, RECORD_FILE):
@@ -1020,14 +1025,13 @@ def add_kernels_from(work_dir: str | Path, source: str | Path) -> int:
         if into.has_workload(workload.mod):
             continue
         copy = into.commit_workload(workload.mod)
-        best = min(group, key=_mean_secs)
-        into.commit_tuning_record(ms.database.TuningRecord(best.trace, copy, best.run_secs, best.target, best.args_info))
+        into.commit_tuning_record(_record_for(min(group, key=_mean_secs), copy))
         added += 1
     settings = _read_settings(work_dir)
     settings.setdefault("kernels_from", []).append(
         {"database": source.name, "layout": tuned_layout(source), "trials_per_task": budget(source), "kernels": added}
     )
-    (work_dir / SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+    _save_settings(work_dir, settings)
     return added
 
 
