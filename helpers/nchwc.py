@@ -112,6 +112,9 @@ def layout_passes(layout: str) -> list[tvm.transform.Pass]:
     return [clip_as_max_min, relax.transform.ConvertLayout({}, _conv_layouts(block))]
 
 
+DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"  # the name ``_depthwise_nchwc`` gives its computation
+
+
 def _depthwise_nchwc(data: te.Tensor, kernel: te.Tensor, strides, padding, dilation, out_dtype: str) -> te.Tensor:
     """Depthwise convolution of NCHW{b}c data by an OIHW{b}o kernel (channels/b, 1, kh, kw, b)."""
     n, chunks, height, width, block = data.shape
@@ -130,7 +133,7 @@ def _depthwise_nchwc(data: te.Tensor, kernel: te.Tensor, strides, padding, dilat
             * kernel[c, 0, ry, rx, k].astype(out_dtype),
             axis=[ry, rx],
         ),
-        name="depthwise_conv2d_NCHWc",
+        name=DEPTHWISE_BLOCK,
     )
 
 
@@ -159,13 +162,30 @@ def legalize_map(layout: str) -> dict | None:
 CONV_BLOCK = "conv2d_NCHWc"  # TOPI's name for the blocked convolution's computation
 
 
-def _elementwise_after(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> list[s_tir.SBlockRV]:
-    """The chain of single consumers after ``block``: BatchNorm's arithmetic, a residual add, ReLU."""
-    chain = []
-    while len(consumers := sch.get_consumers(block)) == 1:
-        block = consumers[0]
-        chain.append(block)
-    return chain
+def _inline_epilogue(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockRV:
+    """Inline the element-wise work after ``conv`` into the block that writes the kernel's output; return it.
+
+    BatchNorm's arithmetic, a residual add, ReLU, and SiLU (``x * sigmoid(x)``: a value read twice, so not
+    a chain) all become one block that a tile writes once. A bare convolution gets a block of its own
+    (``cache_write``), so that its accumulators can live in registers.
+    """
+    blocks = sch.get_child_blocks(sch.get_sblock("root"))
+    names = [sch.get(b).name_hint for b in blocks]
+    after = blocks[names.index(sch.get(conv).name_hint) + 1:]
+    if not after:
+        return sch.cache_write(conv, 0, "global")
+    for block in after[:-1]:
+        sch.compute_inline(block)
+    return after[-1]
+
+
+def _vectorize_padding(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> None:
+    """The zero padding before ``conv``: its own pass, parallel over rows, one vector per pixel."""
+    for producer in sch.get_producers(conv):
+        if sch.get(producer).name_hint == "data_pad":
+            *outer, lanes = sch.get_loops(producer)
+            sch.vectorize(lanes)
+            sch.parallel(sch.fuse(*outer))
 
 
 def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: int = 4) -> None:
@@ -174,21 +194,14 @@ def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: in
     Each parallel task computes a tile of ``row`` output pixels by ``blocks`` output channel blocks in
     registers (``row * blocks`` vectors of accumulators): for every input channel and kernel position it
     loads ``blocks`` weight vectors and broadcasts one input value per pixel. The element-wise work after
-    the convolution (BatchNorm, ReLU, a residual add) is inlined into one block that writes the finished
+    the convolution (BatchNorm, ReLU, SiLU, a residual add) is inlined into one block that writes the finished
     tile; the padding is its own parallel, vectorized pass. The search picks ``row`` (a divisor of the
     output width, at most ``max_row``) and ``blocks`` (at most ``max_blocks``); nothing else varies, so a
     few dozen trials explore the whole space that MetaSchedule's generic tiling rarely reaches.
     """
     conv = sch.get_sblock(CONV_BLOCK)
-    chain = _elementwise_after(sch, conv)
-    for block in chain[:-1]:
-        sch.compute_inline(block)
-    out = chain[-1] if chain else sch.cache_write(conv, 0, "global")
-    for producer in sch.get_producers(conv):
-        if sch.get(producer).name_hint == "data_pad":
-            *outer, lanes = sch.get_loops(producer)
-            sch.vectorize(lanes)
-            sch.parallel(sch.fuse(*outer))
+    out = _inline_epilogue(sch, conv)
+    _vectorize_padding(sch, conv)
     in_block = int(sch.get(conv).reads[0].source.shape[-1])
     n, oc, oh, ow, oc_lanes, ic, kh, kw = sch.get_loops(conv)
     ow_outer, row = sch.split(ow, sch.sample_perfect_tile(ow, n=2, max_innermost_factor=max_row))
@@ -206,18 +219,56 @@ def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: in
         sch.vectorize(sch.get_loops(block)[-1])
 
 
-def has_blocked_conv(kernel: tvm.IRModule) -> bool:
-    """Whether a fused kernel computes a blocked (not depthwise) convolution."""
+def schedule_depthwise_nchwc(sch: s_tir.Schedule, max_row: int = 16) -> None:
+    """Day 7's idea for a blocked depthwise convolution: a row of output pixels of one channel block in registers.
+
+    A depthwise convolution has no input channels to sum over, only the kernel window, so each weight
+    vector serves one channel block and the work is mostly moving data: each parallel task (an output row
+    of one channel block) keeps ``row`` accumulator vectors, loads one weight vector per kernel position and
+    one input vector per pixel, and writes the finished row through the inlined element-wise work. The
+    search picks ``row`` (a divisor of the output width, at most ``max_row``).
+    """
+    conv = sch.get_sblock(DEPTHWISE_BLOCK)
+    out = _inline_epilogue(sch, conv)
+    _vectorize_padding(sch, conv)
+    n, c, oh, ow, lanes, ry, rx = sch.get_loops(conv)
+    ow_outer, row = sch.split(ow, sch.sample_perfect_tile(ow, n=2, max_innermost_factor=max_row))
+    sch.reorder(n, c, oh, ow_outer, ry, rx, row, lanes)
+    sch.parallel(sch.fuse(n, c, oh))
+    sch.reverse_compute_at(out, ow_outer, preserve_unit_loops=True)
+    sch.set_scope(conv, 0, "local")
+    sch.vectorize(lanes)
+    sch.unroll(row)
+    init = sch.decompose_reduction(conv, ry)
+    for block in (init, out):
+        sch.vectorize(sch.get_loops(block)[-1])
+
+
+def _block_named(kernel: tvm.IRModule, name: str) -> bool:
     try:
-        s_tir.Schedule(kernel).get_sblock(CONV_BLOCK)
+        s_tir.Schedule(kernel).get_sblock(name)
     except s_tir.ScheduleError:
         return False
     return True
 
 
+def has_blocked_conv(kernel: tvm.IRModule) -> bool:
+    """Whether a fused kernel computes a blocked (not depthwise) convolution."""
+    return _block_named(kernel, CONV_BLOCK)
+
+
+def has_blocked_depthwise(kernel: tvm.IRModule) -> bool:
+    """Whether a fused kernel computes a blocked depthwise convolution."""
+    return _block_named(kernel, DEPTHWISE_BLOCK)
+
+
 def search_space(task) -> ms.space_generator.SpaceGenerator | str:
-    """A tuning task's search space: ``schedule_conv2d_nchwc``'s for blocked convolutions, MetaSchedule's
-    generic one (``post-order-apply``) for everything else (``tuning.tune``'s ``space_for``)."""
-    if has_blocked_conv(task.dispatched[0]):
+    """A tuning task's search space: ``schedule_conv2d_nchwc``'s for blocked convolutions,
+    ``schedule_depthwise_nchwc``'s for blocked depthwise ones, MetaSchedule's generic one
+    (``post-order-apply``) for everything else (``tuning.tune``'s ``space_for``)."""
+    kernel = task.dispatched[0]
+    if has_blocked_conv(kernel):
         return ms.space_generator.ScheduleFn(schedule_conv2d_nchwc)
+    if has_blocked_depthwise(kernel):
+        return ms.space_generator.ScheduleFn(schedule_depthwise_nchwc)
     return "post-order-apply"

@@ -203,18 +203,50 @@ def _run_kernel(kernel: tvm.IRModule, target, arrays: list[np.ndarray]) -> np.nd
     return args[-1].numpy()
 
 
-def test_days_7_schedule_computes_every_blocked_convolution_right_whatever_tiles_it_samples(imported, target):
-    tasks = tvm.s_tir.meta_schedule.relax_integration.extract_tasks(build.fuse(imported.mod, target, "NCHW8c"), target)
-    blocked = [t.dispatched[0] for t in tasks if nchwc.has_blocked_conv(t.dispatched[0])]
-    assert len(blocked) == 4  # the stem (3 channels in), 16 -> 24 and 24 -> 32 with BatchNorm, 32 -> 32 with the add
-    assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks if not nchwc.has_blocked_conv(t.dispatched[0]))
+def _templates_match_the_unscheduled_kernels(mod: tvm.IRModule, target, convs: int, depthwise: int) -> None:
+    """Each blocked kernel under its template, three sampled tilings, against the kernel unscheduled."""
+    tasks = tvm.s_tir.meta_schedule.relax_integration.extract_tasks(mod, target)
+    kernels = [t.dispatched[0] for t in tasks]
+    templated = [(k, nchwc.schedule_conv2d_nchwc) for k in kernels if nchwc.has_blocked_conv(k)]
+    templated += [(k, nchwc.schedule_depthwise_nchwc) for k in kernels if nchwc.has_blocked_depthwise(k)]
+    assert len(templated) == convs + depthwise
+    assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks
+               if not (nchwc.has_blocked_conv(t.dispatched[0]) or nchwc.has_blocked_depthwise(t.dispatched[0])))
     rng = np.random.default_rng(0)
-    for kernel in blocked:
+    for kernel, schedule in templated:
         shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(kernel["main"])]
         arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
         expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
         for seed in (1, 2, 3):
             sch = tvm.s_tir.Schedule(kernel, seed=seed)
-            nchwc.schedule_conv2d_nchwc(sch)
-            assert "vectorized" in sch.mod.script() and "parallel" in sch.mod.script()
+            schedule(sch)
+            script = sch.mod.script()
+            assert "vectorized" in script and "parallel" in script
+            # Everything after the convolution is one block written with the tile: no loop left serial.
+            assert len(sch.get_child_blocks(sch.get_sblock("root"))) <= 4  # padding, init, update, the written tile
             np.testing.assert_allclose(_run_kernel(sch.mod, target, [a.copy() for a in arrays]), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_days_7_schedule_computes_every_blocked_convolution_right_whatever_tiles_it_samples(imported, target):
+    # the stem (3 channels in), 16 -> 24 and 24 -> 32 with BatchNorm, 32 -> 32 with the add; two depthwise
+    _templates_match_the_unscheduled_kernels(build.fuse(imported.mod, target, "NCHW8c"), target, convs=4, depthwise=2)
+
+
+class SiluBlock(torch.nn.Module):
+    """EfficientNet's pattern: SiLU reads its input twice (``x * sigmoid(x)``), so the epilogue is not a chain."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = torch.nn.Sequential(torch.nn.Conv2d(16, 32, 1, bias=False), torch.nn.BatchNorm2d(32), torch.nn.SiLU())
+        self.depthwise = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False),
+                                             torch.nn.BatchNorm2d(32), torch.nn.SiLU())
+
+    def forward(self, x):
+        return self.depthwise(self.expand(x))
+
+
+def test_the_schedules_fold_silu_into_the_tile_they_write(target):
+    torch.manual_seed(0)
+    block = SiluBlock().eval()
+    imported = models.import_to_relax(block, torch.randn(1, 16, 10, 10))
+    _templates_match_the_unscheduled_kernels(build.fuse(imported.mod, target, "NCHW16c"), target, convs=1, depthwise=1)
