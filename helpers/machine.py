@@ -169,13 +169,27 @@ FMA_BY_CPU: dict[str, tuple[int, int, str]] = {
 }
 
 
-def fma_throughput(target: tvm.target.Target | str | None = None) -> FmaThroughput:
+def host_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags the kernel reports for this machine's CPU (empty where there is no cpuinfo)."""
+    try:
+        for line in Path(cpuinfo).read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def fma_throughput(target: tvm.target.Target | str | None = None, flags: set[str] | None = None) -> FmaThroughput:
     """FMA units per core and their width for the target's CPU (default: this machine's).
 
     CPUs in ``FMA_BY_CPU`` get the table's figures. Any other CPU gets a documented fallback that
     errs high, as a ceiling should: 2 FMA units as wide as its widest vector register if it has
     FMA (true of Intel and AMD cores since 2013; some have 1, or run the widest instructions in
     halves), otherwise 1 (a multiply and an add per cycle, which is one FMA's worth).
+    LLVM names a CPU from its model number, and a virtual machine may show a client model's number
+    on a server part: a "client" CPU whose ``flags`` (default: this machine's, when the target is
+    its CPU) include AMX, which only Xeon server parts have, gets their 2 units.
     """
     if isinstance(target, str):
         target = tvm.target.Target({"kind": "llvm", "mcpu": target})
@@ -183,6 +197,12 @@ def fma_throughput(target: tvm.target.Target | str | None = None) -> FmaThroughp
     cpu = str(target.attrs.get("mcpu", "generic"))
     if cpu in FMA_BY_CPU:
         units, bits, why = FMA_BY_CPU[cpu]
+        if flags is None:
+            flags = host_flags() if cpu == cpu_name() else set()
+        if why == _CLIENT_AVX512 and "amx_tile" in flags:
+            return FmaThroughput(cpu, 2, bits, f"LLVM names this CPU {cpu} from its model number, but it has AMX, "
+                                               "which only Xeon server parts (Sapphire Rapids on) have: 2 units, "
+                                               "as theirs (a virtual machine showing another model, most likely)")
         return FmaThroughput(cpu, units, bits, f"table: {why}")
     bits = vector_width_bits(target)
     if "fma" in cpu_features(target):

@@ -73,6 +73,16 @@ def test_fma_throughput_falls_back_to_an_upper_bound_for_cpus_not_in_the_table()
     assert (no_fma.units, no_fma.width_bits) == (1, 256) and "no FMA" in no_fma.source
 
 
+def test_a_client_cpu_name_with_a_server_parts_amx_gets_the_server_parts_units(tmp_path):
+    assert machine.fma_throughput("rocketlake", flags={"avx512f", "avx2"}).units == 1
+    served = machine.fma_throughput("rocketlake", flags={"avx512f", "amx_tile"})
+    assert (served.units, served.width_bits) == (2, 512) and "AMX" in served.source
+    assert machine.fma_throughput("znver4", flags={"amx_tile"}).units == 2  # not a client part: the table stands
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_tile\n")
+    assert {"avx512f", "amx_tile"} <= machine.host_flags(cpuinfo) and machine.host_flags(tmp_path / "none") == set()
+
+
 def test_fma_throughput_of_this_machine_uses_its_cpu():
     fma = machine.fma_throughput()
     assert fma.cpu == machine.cpu_name()
