@@ -149,6 +149,17 @@ def test_a_database_records_its_layout_and_its_builds_follow_it(imported, model,
         tuning.tune(imported.mod, target, work_dir, max_trials_per_task=1, prepack=True)
 
 
+def test_the_weights_layout_rewrites_run_once_at_load_so_they_are_not_tuned(imported, target, tuned):
+    prepared = tuning._prepare(imported.mod, target, True, "NCHW8c")
+    every_kernel = tuning._tasks(prepared, target)
+    per_call = {t.task_name for t in tuning._tasks(tuning._per_call_kernels(prepared), target)}
+    weight_only = [t for t in every_kernel if t.task_name not in per_call]
+    assert weight_only and all("layout_transform" in t.task_name for t in weight_only)
+    db = tuning._load_database(tuned["NCHW8c"])
+    assert not any(db.has_workload(t.dispatched[0]) for t in weight_only)
+    assert all(db.has_workload(t.dispatched[0]) for t in every_kernel if t.task_name in per_call)
+
+
 def test_seeding_from_a_database_of_another_layout_says_which_layout_to_tune(imported, target, tmp_path):
     source = tmp_path / "source"
     source.mkdir()
