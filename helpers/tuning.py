@@ -416,6 +416,12 @@ def _tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
     return [t for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False)]
 
 
+def _tunable_tasks(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str = nchwc.PLAIN) -> list:
+    """The tasks ``tune`` tunes: with ``prepack``, those of the kernels a call runs (``_per_call_kernels``)."""
+    prepared = _prepare(mod, target, prepack, layout)
+    return _tasks(_per_call_kernels(prepared) if prepack else prepared, target)
+
+
 def _per_call_kernels(prepared: tvm.IRModule) -> tvm.IRModule:
     """``prepared`` without the kernels that read weights only (the weights' layout rewrites, above all).
 
@@ -467,7 +473,7 @@ def quiet_metaschedule() -> Iterator[None]:
 
 
 def task_table(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool = False) -> list[dict]:
-    """The tasks MetaSchedule would tune in ``mod``: one per distinct fused kernel.
+    """The tasks ``tune`` would tune in ``mod``: one per distinct fused kernel a call runs.
 
     Each entry: ``task`` (the kernel's name), ``calls`` (how many times the model
     calls it: MetaSchedule's task weight), ``mflop`` (estimated arithmetic of
@@ -478,7 +484,7 @@ def task_table(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool = Fal
     from tvm.s_tir.analysis import estimate_tir_flops
 
     rows = []
-    for task in _tasks(_prepare(mod, target, prepack), target):
+    for task in _tunable_tasks(mod, target, prepack):
         mflop = float(estimate_tir_flops(task.dispatched[0])) / 1e6
         rows.append(
             {"task": task.task_name, "calls": int(task.weight), "mflop": mflop, "mflop_total": mflop * int(task.weight)}
@@ -568,8 +574,7 @@ def tune(
     import_tensor_intrinsics()
     if params:
         mod = relax.transform.BindParams("main", params)(mod)
-    prepared = _prepare(mod, target, prepack, layout)
-    tasks = _tasks(_per_call_kernels(prepared) if prepack else prepared, target)
+    tasks = _tunable_tasks(mod, target, prepack, layout)
     if static_kernels_only:
         tasks = [t for t in tasks if is_static(t.dispatched[0])]
     if not tasks:
