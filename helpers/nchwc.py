@@ -14,6 +14,7 @@ legalization for blocked convolutions in Relax, so ``legalize_conv2d`` supplies 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import tvm
 from tvm import relax, s_tir, te, topi
@@ -244,31 +245,24 @@ def schedule_depthwise_nchwc(sch: s_tir.Schedule, max_row: int = 16) -> None:
         sch.vectorize(sch.get_loops(block)[-1])
 
 
-def _block_named(kernel: tvm.IRModule, name: str) -> bool:
-    try:
-        s_tir.Schedule(kernel).get_sblock(name)
-    except s_tir.ScheduleError:
-        return False
-    return True
+_TEMPLATES = {CONV_BLOCK: schedule_conv2d_nchwc, DEPTHWISE_BLOCK: schedule_depthwise_nchwc}
 
 
-def has_blocked_conv(kernel: tvm.IRModule) -> bool:
-    """Whether a fused kernel computes a blocked (not depthwise) convolution."""
-    return _block_named(kernel, CONV_BLOCK)
-
-
-def has_blocked_depthwise(kernel: tvm.IRModule) -> bool:
-    """Whether a fused kernel computes a blocked depthwise convolution."""
-    return _block_named(kernel, DEPTHWISE_BLOCK)
+def template_for(kernel: tvm.IRModule) -> Callable[[s_tir.Schedule], None] | None:
+    """Day 7's schedule for a fused kernel: ``schedule_conv2d_nchwc`` for a blocked convolution,
+    ``schedule_depthwise_nchwc`` for a blocked depthwise one, None for any other kernel."""
+    sch = s_tir.Schedule(kernel)
+    for name, schedule in _TEMPLATES.items():
+        try:
+            sch.get_sblock(name)
+        except s_tir.ScheduleError:
+            continue
+        return schedule
+    return None
 
 
 def search_space(task) -> ms.space_generator.SpaceGenerator | str:
-    """A tuning task's search space: ``schedule_conv2d_nchwc``'s for blocked convolutions,
-    ``schedule_depthwise_nchwc``'s for blocked depthwise ones, MetaSchedule's generic one
-    (``post-order-apply``) for everything else (``tuning.tune``'s ``space_for``)."""
-    kernel = task.dispatched[0]
-    if has_blocked_conv(kernel):
-        return ms.space_generator.ScheduleFn(schedule_conv2d_nchwc)
-    if has_blocked_depthwise(kernel):
-        return ms.space_generator.ScheduleFn(schedule_depthwise_nchwc)
-    return "post-order-apply"
+    """A tuning task's search space: its kernel's ``template_for``, MetaSchedule's generic one
+    (``post-order-apply``) for a kernel with none (``tuning.tune``'s ``space_for``)."""
+    schedule = template_for(task.dispatched[0])
+    return "post-order-apply" if schedule is None else ms.space_generator.ScheduleFn(schedule)

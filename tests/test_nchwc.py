@@ -218,12 +218,12 @@ def _run_kernel(kernel: tvm.IRModule, target, arrays: list[np.ndarray]) -> np.nd
 def _templates_match_the_unscheduled_kernels(mod: tvm.IRModule, target, convs: int, depthwise: int) -> None:
     """Each blocked kernel under its template, three sampled tilings, against the kernel unscheduled."""
     tasks = tvm.s_tir.meta_schedule.relax_integration.extract_tasks(mod, target)
-    kernels = [t.dispatched[0] for t in tasks]
-    templated = [(k, nchwc.schedule_conv2d_nchwc) for k in kernels if nchwc.has_blocked_conv(k)]
-    templated += [(k, nchwc.schedule_depthwise_nchwc) for k in kernels if nchwc.has_blocked_depthwise(k)]
+    templated = [(t.dispatched[0], nchwc.template_for(t.dispatched[0])) for t in tasks]
+    templated = [(kernel, schedule) for kernel, schedule in templated if schedule is not None]
+    schedules = [schedule for _, schedule in templated]
     assert len(templated) == convs + depthwise
-    assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks
-               if not (nchwc.has_blocked_conv(t.dispatched[0]) or nchwc.has_blocked_depthwise(t.dispatched[0])))
+    assert (schedules.count(nchwc.schedule_conv2d_nchwc), schedules.count(nchwc.schedule_depthwise_nchwc)) == (convs, depthwise)
+    assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks if nchwc.template_for(t.dispatched[0]) is None)
     rng = np.random.default_rng(0)
     for kernel, schedule in templated:
         shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(kernel["main"])]
