@@ -373,13 +373,7 @@ def gpu_machine() -> dict:
 
 
 def _cpu_model_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    return machine.cpuinfo_field("model name") or platform.processor() or "unknown"
 
 
 @dataclass

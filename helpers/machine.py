@@ -169,15 +169,22 @@ FMA_BY_CPU: dict[str, tuple[int, int, str]] = {
 }
 
 
-def host_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
-    """The instruction-set flags the kernel reports for this machine's CPU (empty where there is no cpuinfo)."""
+def cpuinfo_field(name: str, cpuinfo: str | Path = "/proc/cpuinfo") -> str | None:
+    """A field of the first CPU in ``/proc/cpuinfo`` (``model name``, ``cpu MHz``, ``flags``; the name's case
+    does not matter); None where there is no such file or field."""
     try:
         for line in Path(cpuinfo).read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
+            key, sep, value = line.partition(":")
+            if sep and key.strip().lower() == name.lower():
+                return value.strip()
     except OSError:
         pass
-    return set()
+    return None
+
+
+def host_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
+    """The instruction-set flags the kernel reports for this machine's CPU (empty where there is no cpuinfo)."""
+    return set((cpuinfo_field("flags", cpuinfo) or "").split())
 
 
 def fma_throughput(target: tvm.target.Target | str | None = None, flags: set[str] | None = None) -> FmaThroughput:
@@ -222,13 +229,8 @@ def cpu_ghz() -> float | None:
             return round((freq.max or freq.current) / 1000.0, 2)
     except Exception:
         pass
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.lower().startswith("cpu mhz"):
-                return round(float(line.split(":")[1]) / 1000.0, 2)
-    except OSError:
-        pass
-    return None
+    mhz = cpuinfo_field("cpu MHz")
+    return round(float(mhz) / 1000.0, 2) if mhz else None
 
 
 def has_gpu() -> bool:
