@@ -220,7 +220,9 @@ def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: in
     registers (``row * blocks`` vectors of accumulators): for every input channel and kernel position it
     loads ``blocks`` weight vectors and broadcasts one input value per pixel. The element-wise work after
     the convolution (BatchNorm, ReLU, SiLU, a residual add) is inlined into one block that writes the finished
-    tile; the padding is its own parallel, vectorized pass. The search picks ``row`` (a divisor of the
+    tile; the padding is its own parallel, vectorized pass. The cores split the output by rows, or by
+    channel blocks where the weights outweigh the input (``_split_by_rows``: a choice the search cannot
+    make, since a kernel timed alone runs as fast either way). The search picks ``row`` (a divisor of the
     output width, at most ``max_row``) and ``blocks`` (at most ``max_blocks``); nothing else varies, so a
     few dozen trials explore the whole space that MetaSchedule's generic tiling rarely reaches.
     """

@@ -8,6 +8,7 @@ that the blocked build computes what PyTorch computes, and that a database recor
 import contextlib
 import io
 import json
+import re
 import shutil
 
 import numpy as np
@@ -262,3 +263,26 @@ def test_the_schedules_fold_silu_into_the_tile_they_write(target):
     block = SiluBlock().eval()
     imported = models.import_to_relax(block, torch.randn(1, 16, 10, 10))
     _templates_match_the_unscheduled_kernels(build.fuse(imported.mod, target, "NCHW16c"), target, convs=1, depthwise=1)
+
+
+def _parallel_loops(script: str) -> list[str]:
+    return re.findall(r"for (\w+) in T\.parallel", script)
+
+
+@pytest.mark.parametrize("size, by_rows", [(16, True), (2, False)])
+def test_the_cores_split_the_output_by_rows_unless_the_weights_outweigh_the_input_many_times(target, size, by_rows):
+    # 64 -> 64 channels, 3x3: its weights are 2x its (padded) input at 16x16, 36x at 2x2
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64),
+                               torch.nn.ReLU()).eval()
+    imported = models.import_to_relax(conv, torch.randn(1, 64, size, size))
+    mod = build.fuse(imported.mod, target, "NCHW8c")
+    _templates_match_the_unscheduled_kernels(mod, target, convs=1, depthwise=0)
+    (kernel,) = [t.dispatched[0] for t in tvm.s_tir.meta_schedule.relax_integration.extract_tasks(mod, target)
+                 if nchwc.template_for(t.dispatched[0]) is not None]
+    sch = tvm.s_tir.Schedule(kernel, seed=1)
+    nchwc.schedule_conv2d_nchwc(sch)
+    (conv_loop,) = [name for name in _parallel_loops(sch.mod.script()) if "oc_chunk" in name]
+    assert (conv_loop.index("oh") < conv_loop.index("oc_chunk")) == by_rows, conv_loop
+    (pad_loop,) = [name for name in _parallel_loops(sch.mod.script()) if name != conv_loop]
+    assert (pad_loop.index("i2") < pad_loop.index("i1")) == by_rows, pad_loop  # the padding splits alike
