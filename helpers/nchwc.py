@@ -194,7 +194,7 @@ ROWS_FIRST_MAX_WEIGHT_RATIO = 8
 def _split_by_rows(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> bool:
     """Whether the cores split ``conv``'s output by rows (True) or by channel blocks: by rows unless
     its weights are over ``ROWS_FIRST_MAX_WEIGHT_RATIO`` times its input activations."""
-    data, weight = (sch.get(conv).reads[i].source for i in (-2, -1))
+    data, weight = (sch.get(conv).reads[i].source for i in (0, 1))  # as ``schedule_conv2d_nchwc`` reads them
     size = lambda buffer: math.prod(int(d) for d in buffer.shape)
     return size(weight) <= ROWS_FIRST_MAX_WEIGHT_RATIO * size(data)
 
@@ -206,11 +206,9 @@ def _vectorize_padding(sch: s_tir.Schedule, conv: s_tir.SBlockRV, by_rows: bool)
         if sch.get(producer).name_hint == "data_pad":
             n, c, h, w, lanes = sch.get_loops(producer)
             sch.vectorize(lanes)
-            if by_rows:
-                sch.reorder(n, h, c, w)
-                sch.parallel(sch.fuse(n, h, c, w))
-            else:
-                sch.parallel(sch.fuse(n, c, h, w))
+            order = (n, h, c, w) if by_rows else (n, c, h, w)
+            sch.reorder(*order)
+            sch.parallel(sch.fuse(*order))
 
 
 def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: int = 4) -> None:

@@ -282,7 +282,8 @@ def test_the_cores_split_the_output_by_rows_unless_the_weights_outweigh_the_inpu
                  if nchwc.template_for(t.dispatched[0]) is not None]
     sch = tvm.s_tir.Schedule(kernel, seed=1)
     nchwc.schedule_conv2d_nchwc(sch)
-    (conv_loop,) = [name for name in _parallel_loops(sch.mod.script()) if "oc_chunk" in name]
+    loops = _parallel_loops(sch.mod.script())
+    (conv_loop,) = [name for name in loops if "oc_chunk" in name]
     assert (conv_loop.index("oh") < conv_loop.index("oc_chunk")) == by_rows, conv_loop
-    (pad_loop,) = [name for name in _parallel_loops(sch.mod.script()) if name != conv_loop]
+    (pad_loop,) = [name for name in loops if name != conv_loop]
     assert (pad_loop.index("i2") < pad_loop.index("i1")) == by_rows, pad_loop  # the padding splits alike
