@@ -105,6 +105,12 @@ def time_eager_and_tuned(
     return eager, tuned
 
 
+def tuning_dir(model_name: str, target: tvm.target.Target, batch: int = 1) -> Path:
+    """Where ``tune_in_stages`` tunes by default: the learner's own databases (``build/tuning/``, the test
+    runs' in quick mode), never the shipped ones in ``tuning/``, which only a maintainer writes, on purpose."""
+    return databases.database_dir(model_name, target, batch, databases.own_root())
+
+
 def tune_in_stages(
     model_name: str,
     stages: Sequence[int],
@@ -114,9 +120,10 @@ def tune_in_stages(
     keep: int | None = None,
     seed_from: Path | None = None,
     target: tvm.target.Target | None = None,
-    layout: str = nchwc.PLAIN,
+    layout: str | None = None,
 ) -> Path:
-    """Tune ``model_name`` with prepacking up to each cumulative budget in ``stages``.
+    """Tune ``model_name`` with prepacking up to each cumulative budget in ``stages``, into ``work_dir``
+    (default: the learner's own place, ``tuning_dir``).
 
     ``stages`` are trials per task, cumulative (8, 16, 32 means 8, then 8 more,
     then 16 more). After each stage the tuned build is checked against PyTorch
@@ -128,10 +135,13 @@ def tune_in_stages(
     schedules, measured here first (a top-up of a database made on another CPU).
     ``target`` defaults to this CPU's; ``transfer_study.emulated_target("znver3")`` tunes for
     a CPU class this one can imitate (AVX2 on an AVX-512 CPU), into that class's directory.
-    ``layout`` fuses the convolutions in channel blocks first (``NCHW16c``: ``helpers.nchwc``).
+    ``layout`` fuses the convolutions in channel blocks first (``NCHW16c``: ``helpers.nchwc``); by
+    default the layout of ``seed_from``, else NCHW.
     """
     target = target or machine.cpu_target()
-    work_dir = work_dir or databases.database_dir(model_name, target, batch)
+    work_dir = work_dir or tuning_dir(model_name, target, batch)
+    if layout is None:
+        layout = tuning.tuned_layout(seed_from) if seed_from is not None else nchwc.PLAIN
     model = models.load_model(model_name)
     x = models.example_input(batch)
     imported = models.import_to_relax(model, x)
@@ -242,6 +252,35 @@ def _target_for(mcpu: str | None) -> tvm.target.Target:
     from .transfer_study import emulated_target  # (it imports this module)
 
     return emulated_target(mcpu)
+
+
+def database_label(path: Path) -> str:
+    """``TVM resnet50-b1-znver4-2cores (NCHW, 16 trials/task)``: a build named by the database it used."""
+    budget = tuning.budget(path)
+    return f"TVM {Path(path).name} ({tuning.tuned_layout(path)}, {'?' if budget is None else f'{budget:g}'} trials/task)"
+
+
+def time_databases(model: torch.nn.Module, x: torch.Tensor, imported, paths: Sequence[Path],
+                   target: tvm.target.Target, repeats: int = 30, imitated: bool = False) -> list[timing.Timing]:
+    """Tuned TVM built with each database in ``paths`` (transferred where tuned for another CPU, each
+    checked for parity), timed beside the peers in one interleaved run: which database a CPU should
+    get, or which version to ship. ``imitated``: a CPU class imitated on this one (ONNX Runtime left out)."""
+    runners = dict(peers.peers(model, x, with_onnx_runtime=not imitated).runners)
+    for path in paths:
+        compiled = tuning.compile_tuned(imported, target, Path(path), transfer=True)
+        check_parity(compiled, model, x)
+        runners[database_label(Path(path))] = timing.tvm_runner(compiled, x)
+    return timing.measure_engines(runners, warmup=3, repeats=repeats)
+
+
+def compare_databases(model_name: str, paths: Sequence[Path], batch: int = 1, repeats: int = 30,
+                      mcpu: str | None = None) -> list[timing.Timing]:
+    """``time_databases`` for a course model on this CPU, or on a CPU class it imitates (``mcpu``)."""
+    target = _target_for(mcpu)
+    model = models.load_model(model_name)
+    x = models.example_input(batch)
+    imported = models.import_to_relax(model, x)
+    return time_databases(model, x, imported, paths, target, repeats, imitated=bool(mcpu) and mcpu != machine.cpu_name())
 
 
 def _records(timings: Sequence[timing.Timing]) -> dict[str, dict]:
@@ -556,8 +595,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     tune_cmd.add_argument("--seed-from", type=Path, default=None,
                           help="a database (e.g. one shipped for another CPU) whose best schedules start the search")
     tune_cmd.add_argument("--mcpu", default=None, help="tune for a CPU class this one can imitate (e.g. znver3: AVX2)")
-    tune_cmd.add_argument("--layout", default=nchwc.PLAIN,
-                          help="the convolutions' activation layout: NCHW, or channel blocks such as NCHW16c")
+    tune_cmd.add_argument("--layout", default=None,
+                          help="the convolutions' activation layout: NCHW, or channel blocks such as NCHW16c "
+                               "(default: the --seed-from database's, else NCHW)")
+    tune_cmd.add_argument("--into", type=Path, default=None,
+                          help="the database's directory (default: build/tuning/<model>-b<batch>-<cpu>-<cores>cores, "
+                               "your own; a maintainer shipping one passes tuning/<that name>)")
+    compare_cmd = sub.add_parser("compare", help="tuned TVM with each of several databases, beside the peers, in one run")
+    compare_cmd.add_argument("model", choices=models.available_models())
+    compare_cmd.add_argument("databases", type=Path, nargs="+", help="database directories, e.g. tuning/resnet50-b1-znver4-2cores")
+    compare_cmd.add_argument("--batch", type=int, default=1)
+    compare_cmd.add_argument("--repeats", type=int, default=30)
+    compare_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (e.g. znver3: AVX2)")
     table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
     table_cmd.add_argument("--batch", type=int, default=1)
@@ -578,8 +627,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     dispatch_cmd.add_argument("--mcpu", default=None)
     args = parser.parse_args(argv)
     if args.command == "tune":
-        print(tune_in_stages(args.model, args.stages, args.batch, keep=args.keep, seed_from=args.seed_from,
-                             target=_target_for(args.mcpu), layout=args.layout))
+        print(tune_in_stages(args.model, args.stages, args.batch, work_dir=args.into, keep=args.keep,
+                             seed_from=args.seed_from, target=_target_for(args.mcpu), layout=args.layout))
+    elif args.command == "compare":
+        timings = compare_databases(args.model, args.databases, args.batch, args.repeats, args.mcpu)
+        best = peers.fastest(timings)
+        by_label = {t.label: t for t in timings}
+        print(f"{args.model}, batch {args.batch}, built for {args.mcpu or machine.cpu_name()}, on {machine.cpu_name()}:")
+        for t in timings:
+            print(f"  {t.label:<64} {t.median_ms:8.2f} ms (IQR {t.iqr_ms:.2f})"
+                  + (f"  {by_label[best.pytorch].median_ms / t.median_ms:.2f}x {best.pytorch}" if t.label.startswith("TVM ") else ""))
     elif args.command == "int8":
         run_int8(args.repeats, save=not args.no_save, mcpu=args.mcpu)
     elif args.command == "transformer":

@@ -11,12 +11,15 @@ count (``mobilenet_v2-b1-znver4-2cores``):
 A database tuned for this CPU and core count applies as it is. One tuned for
 another CPU *transfers*: its records are traces of schedule primitives, which
 replay on any x86-64 CPU (the build is then checked for parity, and labelled).
-``choose`` takes, among the databases for this CPU's vector width, one tuned for
-this CPU if there is any (its schedules were measured here; a top-up seeded from
-another CPU's database measured that one's schedules here too), the largest tuning
-budget first (trials per task, a seeded top-up counting its seed's); only without
-one, a transferred database: the largest budget, then the CPU most like this one.
-It tunes only when nothing exists.
+``choose`` takes, among the databases for this CPU's vector width, one whose
+convolutions were tuned in Day 7's channel blocks (``NCHW16c``, ``NCHW8c``) before
+one tuned in NCHW (the course's first databases, which the blocked ones beat on
+every model where both were measured); then one tuned for this CPU if there is any
+(its schedules were measured here; a top-up seeded from another CPU's database
+measured that one's schedules here too), the largest tuning budget first (trials
+per task, a seeded top-up counting its seed's); only without one, a transferred
+database: the largest budget, then the CPU most like this one. It tunes only when
+nothing exists.
 
 ``python -m helpers.databases list`` shows them all; ``... remove`` deletes the
 learner's own and the test runs' (never the shipped ones).
@@ -33,7 +36,7 @@ from pathlib import Path
 
 import tvm
 
-from . import config, machine, tuning
+from . import config, machine, nchwc, tuning
 from .build import CompiledModel
 from .errors import TuningDatabaseError
 from .models import ImportedModel
@@ -68,6 +71,12 @@ class Database:
     transferred: bool
     reason: str = ""
     tuned_now: bool = False
+    layout: str = nchwc.PLAIN  # the convolutions' activation layout its kernels were tuned in
+
+    @property
+    def blocked(self) -> bool:
+        """Whether its convolutions were tuned in channel blocks (Day 7), as the course's current databases are."""
+        return nchwc.block_of(self.layout) is not None
 
     @property
     def tuned_for(self) -> str:
@@ -116,7 +125,7 @@ def _describe(path: Path, origin: str, target: tvm.target.Target) -> Database | 
         return None
     mcpu, cores = match["mcpu"], int(match["cores"])
     exact = str(target) in targets
-    return Database(path, origin, mcpu, cores, tuning.budget(path), transferred=not exact)
+    return Database(path, origin, mcpu, cores, tuning.budget(path), transferred=not exact, layout=tuning.tuned_layout(path))
 
 
 def candidates(
@@ -163,16 +172,26 @@ def same_vector_width(db: Database, target: tvm.target.Target) -> bool:
     return there == machine.vector_width_bits(target)
 
 
-def rank(found: Sequence[Database], target: tvm.target.Target) -> list[Database]:
-    """Best first: tuned for this CPU's vector width (AVX-512, AVX2); then tuned for this CPU (measured
-    here) before transferred; then the largest budget; then the most similar CPU.
+def kind(db: Database, target: tvm.target.Target) -> tuple[bool, bool]:
+    """What ranks a database before any budget or origin: tuned for this CPU's vector width, then in
+    channel blocks. Databases of one kind compete on where they were tuned and on their budgets."""
+    return same_vector_width(db, target), db.blocked
 
-    Budgets do not compare across CPUs: 64 trials per task measured on another CPU are not known to
-    beat 32 measured here (issue 27), and a database seeded from a transferred one holds its schedules
-    measured here, so it loses nothing by being preferred."""
+
+def rank(found: Sequence[Database], target: tvm.target.Target) -> list[Database]:
+    """Best first: tuned for this CPU's vector width (AVX-512, AVX2); then tuned in channel blocks
+    before NCHW; then tuned for this CPU (measured here) before transferred; then the largest budget;
+    then the most similar CPU.
+
+    The layout comes before the origin: with code built for a Zen 4 and a Zen 5, the Zen 4's and Zen 5's
+    own NCHW databases ran ResNet-50, MobileNetV2 and EfficientNet-B0 1.7-3x slower than the
+    channel-blocked ones tuned on an Intel Xeon (results/README.md, "Which database a CPU gets"), and on
+    their own CPUs they lost to PyTorch. Budgets do not compare across CPUs: 64 trials per task
+    measured on another CPU are not known to beat 32 measured here (issue 27), and a database seeded
+    from a transferred one holds its schedules measured here, so it loses nothing by being preferred."""
     return sorted(
         found,
-        key=lambda d: (same_vector_width(d, target), not d.transferred, d.trials_per_task or 0.0, _likeness(d, target)),
+        key=lambda d: (*kind(d, target), not d.transferred, d.trials_per_task or 0.0, _likeness(d, target)),
         reverse=True,
     )
 
@@ -217,7 +236,13 @@ def choose(
                        f"among {len(ranked)} candidates (also found: {others})")
             else:
                 width = f"tuned for {machine.vector_width_bits(target)}-bit vectors like this CPU's, " if same_vector_width(best, target) else ""
-                why = f"none was tuned for this CPU; {width}the largest budget of {len(ranked)} candidates (also found: {others})"
+                own = [d for d in ranked if not d.transferred]
+                if own and best.blocked:
+                    first = (f"{best.layout} (Day 7's channel blocks) before NCHW: the {len(own)} tuned for this CPU "
+                             f"are NCHW, which the blocked databases beat; ")
+                else:
+                    first = "none was tuned for this CPU; "
+                why = f"{first}{width}the largest budget of {len(ranked)} candidates (also found: {others})"
         if budget is not None:
             why += f", at the budget asked for ({budget:g} trials/task)"
         return replace(best, reason=why)
@@ -281,8 +306,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "list":
         target = machine.cpu_target()
         print(f"This machine: {target.attrs['mcpu']}, {target.attrs['num-cores']} cores")
-        for db in everything(target):
-            print(f"{db.origin:>9}  {db.path.name:<40} {db.label()}")
+        listed = everything(target)
+        chosen = set()
+        for model, batch in {(_NAME.match(d.path.name)["model"], int(_NAME.match(d.path.name)["batch"])) for d in listed}:
+            found = candidates(model, target, batch)
+            if found:
+                chosen.add(rank(found, target)[0].path)
+        for db in listed:
+            mark = "*" if db.path in chosen else " "
+            print(f"{mark} {db.origin:>9}  {db.path.name:<44} {db.layout:<8} {db.label()}")
+        print("* the database the course builds that model with here (databases.choose); seed a top-up from it")
     else:
         for path in remove(args.which, args.names):
             print(f"removed {path}")

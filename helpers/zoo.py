@@ -26,9 +26,24 @@ from . import benchmark, build, cache, config, databases, ir, machine, models, p
 from .benchmark import EAGER, TUNED
 
 ZOO = benchmark.BENCH_MODELS
-# Trials per task of the databases the capstone compares: the same for every model, or the
-# comparison measures the budgets. Databases tuned with this budget are shipped for all three.
-EQUAL_BUDGET = 16
+
+
+def equal_budget(target: tvm.target.Target, names: Sequence[str] = ZOO) -> float | None:
+    """The largest budget (trials per task) at which every model has a database of the kind its best
+    one is (``databases.kind``: this CPU's vector width, Day 7's channel blocks), or None when none is shared.
+
+    Models compare fairly at equal budgets, or the comparison measures the budgets; a budget that only
+    a lesser kind of database meets (NCHW, or another vector width) would measure the kinds instead.
+    """
+    shared: set[float] | None = None
+    for name in names:
+        found = databases.candidates(name, target)
+        if not found:
+            return None
+        best = databases.kind(databases.rank(found, target)[0], target)
+        budgets = {d.trials_per_task for d in found if d.trials_per_task and databases.kind(d, target) == best}
+        shared = budgets if shared is None else shared & budgets
+    return max(shared) if shared else None
 
 
 def _conv_calls(mod: tvm.IRModule) -> list[relax.Call]:
@@ -148,17 +163,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20)
     args = parser.parse_args(argv)
     info = machine.describe()
+    budget = equal_budget(machine.cpu_target(), args.models)
     rows = []
     for name in args.models:
         print(f"{name} ...", flush=True)
-        result = run_model(name, repeats=args.repeats, budget=EQUAL_BUDGET)
+        result = run_model(name, repeats=args.repeats, budget=budget)
         row = result.row()
         row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
         rows.append(row)
         print(json.dumps(row), flush=True)
     target = machine.cpu_target()
     path = benchmark.results_path(target, "json", kind="capstone")
-    benchmark.save_record(path, machine=info.as_dict(), target=str(target), rows=rows)
+    benchmark.save_record(path, machine=info.as_dict(), target=str(target), equal_budget=budget, rows=rows)
     print(f"saved {path}")
     return 0
 

@@ -78,6 +78,17 @@ def test_format_table_marks_unreliable_timings_and_the_speedups_built_on_them():
     assert f"| 1.20× ({benchmark.FROZEN}) | ≈ 0.80× ({benchmark.ORT}) | 1.50× |" in line
 
 
+def test_tuning_goes_to_the_learners_own_databases_never_the_shipped_ones(monkeypatch):
+    """A top-up run as the README says once wrote into tuning/ and, where a shipped database had that name, tuned nothing."""
+    from helpers import config
+
+    monkeypatch.delenv(config.QUICK_ENV, raising=False)
+    path = benchmark.tuning_dir("mobilenet_v2", _target("znver4", 2))
+    assert path == databases.OWN_ROOT / "mobilenet_v2-b1-znver4-2cores"
+    monkeypatch.setenv(config.QUICK_ENV, "1")
+    assert benchmark.tuning_dir("resnet50", _target("haswell", 2), batch=4) == databases.QUICK_ROOT / "resnet50-b4-haswell-2cores"
+
+
 def test_results_path_is_per_cpu_and_core_count(tmp_path):
     assert benchmark.results_path(_target("znver4", 2), "md", tmp_path).name == "benchmark-znver4-2cores.md"
     assert benchmark.results_path(_target("znver4", 2), "json", tmp_path, kind="capstone").name == "capstone-znver4-2cores.json"

@@ -30,9 +30,11 @@ def _other_width_cpu() -> str:
     return "haswell" if machine.vector_width_bits() == 512 else "skylake-avx512"
 
 
-def _set_budget(path, trials_per_task, quick=False):
+def _set_budget(path, trials_per_task, quick=False, layout=None):
     settings = json.loads((path / tuning.SETTINGS_FILE).read_text())
     settings.update(trials_per_task=trials_per_task, quick=quick)
+    if layout is not None:
+        settings["layout"] = layout
     (path / tuning.SETTINGS_FILE).write_text(json.dumps(settings))
 
 
@@ -141,6 +143,31 @@ def test_a_database_for_this_vector_width_beats_a_larger_one_for_another(tiny_im
     assert databases.rank(databases.candidates("tiny", target, places=[("shipped", places["shipped"])]), target)[1].path == wider
 
 
+def test_a_channel_blocked_database_from_another_cpu_beats_an_nchw_one_tuned_here(tiny_imported, tiny_db, places, retarget):
+    """Issue 26: a Zen 4 got its own NCHW ResNet-50 database, 3x slower than the blocked one from a Xeon."""
+    import shutil
+
+    target = machine.cpu_target()
+    cores = target.attrs["num-cores"]
+    own = databases.database_dir("tiny", target, root=places["own"])
+    blocked = databases.database_dir("tiny", _target(_other_cpu(), cores), root=places["shipped"])
+    wider = databases.database_dir("tiny", _target(_other_width_cpu(), cores), root=places["shipped"])
+    shutil.copytree(tiny_db, own)
+    retarget(tiny_db, blocked, _target(_other_cpu(), cores))
+    retarget(tiny_db, wider, _target(_other_width_cpu(), cores))
+    _set_budget(own, 64)
+    _set_budget(blocked, 16, layout="NCHW16c")
+    _set_budget(wider, 96, layout="NCHW8c")
+    best = databases.choose("tiny", tiny_imported, target, tune_if_missing=False)
+    assert best.path == blocked and best.blocked and best.transferred
+    assert best.reason.startswith("NCHW16c (Day 7's channel blocks) before NCHW: the 1 tuned for this CPU are NCHW")
+    ranked = databases.rank(databases.candidates("tiny", target), target)
+    assert [d.path for d in ranked] == [blocked, own, wider]  # the vector width still comes first
+    # Among blocked databases the old order holds: tuned here first, whatever the budgets.
+    _set_budget(own, 8, layout="NCHW16c")
+    assert databases.choose("tiny", tiny_imported, target, tune_if_missing=False).path == own
+
+
 def test_the_nearest_cpu_wins_among_transfers_of_equal_budget():
     here = _target("znver5", 2)
     far = databases.Database(databases.SHIPPED_ROOT / "m-b1-haswell-2cores", "shipped", "haswell", 2, 16, True)
@@ -183,3 +210,21 @@ def test_the_fast_target_reader_agrees_with_metaschedules_reader_on_every_shippe
     for directory in (p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir()):
         assert tuning.database_targets(directory) == tuning.database_summary(directory)["targets"], directory.name
 
+
+
+def test_databases_are_compared_built_checked_and_timed_beside_the_peers(
+    tiny_model, tiny_input, tiny_imported, tiny_db, tmp_path, retarget, monkeypatch
+):
+    """`python -m helpers.benchmark compare`: how a database version is chosen for shipping, or for a CPU."""
+    from helpers import benchmark, peers
+
+    monkeypatch.setenv(config.QUICK_ENV, "1")  # the peers a quick run builds: no torch.compile
+    target = machine.cpu_target()
+    other = tmp_path / f"tiny-b1-{_other_cpu()}-2cores"
+    retarget(tiny_db, other, _target(_other_cpu(), target.attrs["num-cores"]))
+    _set_budget(other, 16)
+    timings = benchmark.time_databases(tiny_model, tiny_input, tiny_imported, [tiny_db, other], target, repeats=3)
+    labels = [t.label for t in timings]
+    assert peers.EAGER in labels and labels[-2:] == [benchmark.database_label(tiny_db), benchmark.database_label(other)]
+    assert benchmark.database_label(other) == f"TVM {other.name} (NCHW, 16 trials/task)"
+    assert all(len(t.times_ms) >= 3 and t.median_ms > 0 for t in timings)

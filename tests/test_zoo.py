@@ -49,3 +49,27 @@ def test_operator_mix_is_counted_once_per_module_and_again_for_another(monkeypat
     assert len(fused) == 2 and other["GFLOP (conv)"] > 3 * first["GFLOP (conv)"]  # 4x the pixels
     monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
     assert zoo.operator_mix(models.import_to_relax(Mixed().eval(), x).mod) == first and len(fused) == 3
+
+
+def test_the_equal_budget_is_one_every_model_has_in_its_best_kind_of_database(monkeypatch):
+    """Day 11 compares models at one budget, never one that only an NCHW or other-width database meets."""
+    import tvm
+
+    from helpers import databases
+
+    def db(mcpu, budget, layout="NCHW"):
+        return databases.Database(databases.SHIPPED_ROOT / f"m-b1-{mcpu}-2cores", "shipped", mcpu, 2, budget, True,
+                                  layout=layout)
+
+    shelves = {}
+    monkeypatch.setattr(databases, "candidates", lambda name, target, *a, **k: shelves.get(name, []))
+    avx512 = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    avx2 = tvm.target.Target({"kind": "llvm", "mcpu": "haswell", "num-cores": 2})
+    shelves["a"] = [db("emeraldrapids", 72, "NCHW16c"), db("znver4", 16), db("znver3", 32, "NCHW8c")]
+    shelves["b"] = [db("emeraldrapids", 32, "NCHW16c"), db("znver4", 16), db("znver3", 32, "NCHW8c")]
+    assert zoo.equal_budget(avx512, ["a", "b"]) is None  # 16 is only NCHW's, 32 only the AVX2 class's for a
+    assert zoo.equal_budget(avx2, ["a", "b"]) == 32
+    shelves["a"].append(db("skylake-avx512", 32, "NCHW16c"))
+    shelves["b"].append(db("icelake-server", 48, "NCHW16c"))
+    assert zoo.equal_budget(avx512, ["a", "b"]) == 32
+    assert zoo.equal_budget(avx512, ["a", "b", "none"]) is None  # a model with no database at all
