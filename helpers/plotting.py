@@ -90,6 +90,28 @@ def plot_shares(shares_by_build: dict[str, dict[str, float]], title: str = "Shar
     return fig
 
 
+def plot_layer_losses(tables: dict, title: str = "Milliseconds tuned TVM loses per convolution"):
+    """One panel per model: for each convolution, in the model's order, tuned TVM's milliseconds minus
+    the other engine's (``layer_compare.table``; above 0, TVM is slower there), with the rest as a last bar."""
+    tables = {name: frame for name, frame in tables.items() if frame is not None}
+    if not tables:
+        raise ValueError("plot_layer_losses needs at least one table: {model: layer_compare.table(ours, theirs)}.")
+    fig, axes = plt.subplots(len(tables), 1, figsize=(9, 2.4 * len(tables) + 0.6), squeeze=False)
+    for ax, (name, frame) in zip(axes[:, 0], tables.items()):
+        ours, theirs = [c for c in frame.columns if c.endswith(" ms")]
+        lost = list(frame[ours] - frame[theirs])
+        bars = ax.bar(range(len(lost)), lost, color=["tab:red" if v > 0 else "tab:green" for v in lost])
+        bars[-1].set_hatch("//")  # the rest: not one convolution
+        ax.axhline(0.0, color="black", linewidth=1)
+        ax.set_title(f"{name}: {sum(frame[ours]):.2f} ms against {sum(frame[theirs]):.2f} ({theirs.removesuffix(' ms')})",
+                     fontsize=10)
+        ax.set_ylabel("ms lost")
+    axes[-1, 0].set_xlabel("convolution, in the model's order (hatched: everything else)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 def plot_speedups(timings: Sequence[Timing], baseline: str, title: str = "Speedup over the baseline"):
     """Bars of baseline median / backend median at one batch size (>1 is faster)."""
     base = {t.batch: t.median_ms for t in timings if t.label == baseline}

@@ -72,21 +72,22 @@ class Profile:
         )
 
 
-def _one_run(compiled: CompiledModel, on_device) -> tuple[dict[str, float], dict[str, int]]:
-    """Milliseconds and call counts per called function, for one inference."""
-    spent: dict[str, float] = defaultdict(float)
-    calls: dict[str, int] = defaultdict(int)
-    started: dict[str, float] = {}
+def ordered_calls(compiled: CompiledModel, on_device) -> list[tuple[str, list, float]]:
+    """Every function the VM called in one inference, in order: its name, its arguments' shapes (a
+    tensor's as a tuple, anything else by its type's name) and its milliseconds."""
+    done: list[tuple[str, list, float]] = []
+    started: list[tuple[str, list, float]] = []
     sync = compiled.device.sync
 
     def hook(func, name, before_run, ret_value, *args):
         if before_run:
+            shapes = [tuple(a.shape) if hasattr(a, "shape") else type(a).__name__ for a in args]
             sync()
-            started[name] = time.perf_counter()
+            started.append((name, shapes, time.perf_counter()))
         else:
             sync()
-            spent[name] += (time.perf_counter() - started.pop(name)) * 1000.0
-            calls[name] += 1
+            name, shapes, start = started.pop()
+            done.append((name, shapes, (time.perf_counter() - start) * 1000.0))
         return 0  # 0: let the VM run the call as usual
 
     compiled.vm.set_instrument(hook)
@@ -94,6 +95,16 @@ def _one_run(compiled: CompiledModel, on_device) -> tuple[dict[str, float], dict
         compiled.run_on_device(on_device)
     finally:
         compiled.vm.set_instrument(None)  # no hook: later timings pay no Python call per kernel
+    return done
+
+
+def _one_run(compiled: CompiledModel, on_device) -> tuple[dict[str, float], dict[str, int]]:
+    """Milliseconds and call counts per called function, for one inference."""
+    spent: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    for name, _, ms in ordered_calls(compiled, on_device):
+        spent[name] += ms
+        calls[name] += 1
     return spent, calls
 
 

@@ -22,7 +22,7 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import benchmark, build, cache, config, databases, ir, machine, models, peers, profiling, timing
+from . import benchmark, build, cache, config, databases, ir, layer_compare, machine, models, peers, profiling, timing
 from .benchmark import EAGER, TUNED
 
 ZOO = benchmark.BENCH_MODELS
@@ -113,6 +113,10 @@ class ZooResult:
     relative_error: float
     timings: list[timing.Timing]
     profile: profiling.Profile
+    # Tuned TVM's convolutions against ONNX Runtime's, layer by layer (``layer_compare.table``);
+    # None, with the reason in ``layers_missing``, where ONNX Runtime did not run the model.
+    layers: object = None
+    layers_missing: str = ""
 
     def row(self) -> dict:
         """One plain record: the model, its operator mix, the latencies, and tuned TVM against eager
@@ -151,10 +155,15 @@ def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: flo
     compiled = database.compile(imported, target)
     error = build.check_parity(compiled, model, x)
     repeats = repeats or config.pick(20, 5)
-    runners = {**peers.peers(model, x).runners, TUNED: timing.tvm_runner(compiled, x)}
+    found = peers.peers(model, x)
+    runners = {**found.runners, TUNED: timing.tvm_runner(compiled, x)}
     timings = timing.measure_engines(runners, warmup=2, repeats=repeats)
     prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
-    return ZooResult(name, mix, database, error, timings, prof)
+    if peers.ORT not in found.runners:
+        return ZooResult(name, mix, database, error, timings, prof, layers_missing=found.missing.get(peers.ORT, ""))
+    layers = layer_compare.table(layer_compare.tvm_layers(compiled, x, repeats=config.pick(10, 3)),
+                                 layer_compare.onnx_runtime_layers(model, x, repeats=config.pick(10, 3)))
+    return ZooResult(name, mix, database, error, timings, prof, layers=layers)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -170,6 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_model(name, repeats=args.repeats, budget=budget)
         row = result.row()
         row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
+        if result.layers is not None:
+            row["layers against ONNX Runtime"] = result.layers.round(3).to_dict(orient="records")
         rows.append(row)
         print(json.dumps(row), flush=True)
     target = machine.cpu_target()

@@ -1,0 +1,237 @@
+"""Where the fastest engine wins: tuned TVM's convolutions against ONNX Runtime's, layer by layer.
+
+A model's end-to-end ratio says *whether* another engine is faster; the profile of each says
+*where*. Both engines run the convolutions of the model in graph order, each in its own layout
+(TVM in Day 7's channel blocks, ``[1, C/16, H, W, 16]``; ONNX Runtime in its own ``nchwc`` form),
+so each call is read back as the NCHW convolution it computes (channels, height and width in and
+out) and paired with the other engine's call of the same shape, in order. The engines fuse
+differently: TVM runs a convolution's BatchNorm, activation (SiLU, ReLU6) and residual add in its
+kernel, ONNX Runtime runs some as nodes of their own (its SiLU is a ``QuickGelu`` node). So the
+elementwise calls that follow a convolution count as part of it, on both sides; everything else
+(layout changes, pooling, the classifier) is summed as "the rest".
+
+Both sides are timed call by call (TVM through the VM's instrument hook, as ``helpers.profiling``
+does; ONNX Runtime with its own profiler), medians over a few runs: the totals are a little above
+the engines' end-to-end times, and the comparison is of layers, not of those times.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .build import CompiledModel
+from .ir import op_type
+from .profiling import BUILTIN_PREFIX, ordered_calls
+
+
+@dataclass(frozen=True)
+class ConvCall:
+    """One convolution as an engine ran it, read as NCHW: channels and map size in and out, and its time."""
+
+    name: str
+    shape: tuple[int, int, int, int, int, int]  # (C in, H in, W in, C out, H out, W out)
+    ms: float
+    kernel: tuple[int, int] | None = None  # (kh, kw), where the engine says (ONNX Runtime's weights do)
+    groups: int | None = None
+
+    def describe(self) -> str:
+        """``3x3 conv 64x56x56 -> 64x56x56`` (``depthwise`` where each channel has its own filter)."""
+        c_in, h_in, w_in, c_out, h_out, w_out = self.shape
+        size = f"{self.kernel[0]}x{self.kernel[1]} " if self.kernel else ""
+        kind = "depthwise" if self.groups and self.groups == c_in and c_in > 1 else "conv"
+        return f"{size}{kind} {c_in}x{h_in}x{w_in} -> {c_out}x{h_out}x{w_out}"
+
+
+@dataclass(frozen=True)
+class EngineLayers:
+    """One engine's convolutions in the order it ran them, and the milliseconds of everything else."""
+
+    engine: str
+    convs: list[ConvCall]
+    rest_ms: float
+
+    @property
+    def conv_ms(self) -> float:
+        return sum(c.ms for c in self.convs)
+
+
+def _nchw(shape: Sequence[int]) -> tuple[int, int, int]:
+    """(C, H, W) of an activation in NCHW or in channel blocks (``[N, C/b, H, W, b]``)."""
+    if len(shape) == 5:
+        return shape[1] * shape[4], shape[2], shape[3]
+    if len(shape) == 4:
+        return shape[1], shape[2], shape[3]
+    raise ValueError(f"not an image activation: shape {tuple(shape)}")
+
+
+# Calls that finish a convolution's output element by element: counted as part of the convolution.
+TVM_EPILOGUE_OPS = {"add", "multiply", "subtract", "divide", "sigmoid", "fast_sigmoid", "relu", "clip", "silu", "tanh"}
+ORT_EPILOGUE_OPS = {"Add", "Mul", "Sub", "Div", "Sigmoid", "QuickGelu", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sum"}
+# Calls that only change a tensor's layout: "the rest", but they do not end a convolution's epilogue.
+TVM_LAYOUT_OPS = {"layout_transform"}
+ORT_LAYOUT_OPS = {"ReorderInput", "ReorderOutput", "Reshape", "Transpose"}
+# Channel blocks: ONNX Runtime pads a layer's channels to its block (8 or 16), TVM keeps them.
+CHANNEL_BLOCK = 16
+
+
+def _group(calls: Sequence[tuple[str, float, str]]) -> tuple[list[int], list[float], float]:
+    """Calls as (kind, ms, ...) with kind "conv", "epilogue", "layout" or "other", in order: the
+    index of each convolution, its time with its epilogue's, and the time of the rest."""
+    convs, times, rest, open_conv = [], [], 0.0, False
+    for i, (kind, ms, _) in enumerate(calls):
+        if kind == "conv":
+            convs.append(i)
+            times.append(ms)
+            open_conv = True
+        elif kind == "epilogue" and open_conv:
+            times[-1] += ms
+        else:
+            rest += ms
+            open_conv = open_conv and kind == "layout"
+    return convs, times, rest
+
+
+def _medians(runs: list[list[tuple[str, list, float]]]) -> list[tuple[str, list, float]]:
+    """Per call, in order: its name and argument shapes (from the first run) and its median time."""
+    lengths = {len(run) for run in runs}
+    if len(lengths) != 1:
+        raise RuntimeError(f"the runs made different numbers of calls ({sorted(lengths)}): profile again")
+    return [(name, shapes, statistics.median(run[i][2] for run in runs)) for i, (name, shapes, _) in enumerate(runs[0])]
+
+
+def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
+    """Tuned TVM's calls, each convolution (a kernel named after ``conv2d``) read from its first
+    argument (the data) and its last (the output), medians of ``repeats`` runs after one warm-up."""
+    on_device = compiled.to_device(x)
+    compiled.run_on_device(on_device)
+    calls = [c for c in _medians([ordered_calls(compiled, on_device) for _ in range(repeats)])
+             if not c[0].startswith(BUILTIN_PREFIX)]
+    kinds = []
+    for name, shapes, ms in calls:
+        tensors = [s for s in shapes if isinstance(s, tuple)]
+        op = op_type(name)
+        if "conv2d" in name and len(tensors) >= 2 and len(tensors[0]) in (4, 5) and len(tensors[-1]) in (4, 5):
+            kinds.append(("conv", ms, name))
+        elif op in TVM_EPILOGUE_OPS:
+            kinds.append(("epilogue", ms, name))
+        else:
+            kinds.append(("layout" if op in TVM_LAYOUT_OPS else "other", ms, name))
+    indices, times, rest = _group(kinds)
+    convs = []
+    for i, ms in zip(indices, times):
+        name, shapes, _ = calls[i]
+        tensors = [s for s in shapes if isinstance(s, tuple)]
+        convs.append(ConvCall(name, (*_nchw(tensors[0]), *_nchw(tensors[-1])), ms))
+    return EngineLayers("TVM tuned", convs, rest)
+
+
+def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
+    """ONNX Runtime's nodes as its profiler timed them (the session ``peers.onnx_runtime_runner``
+    builds, profiling on), medians of ``repeats`` runs after one warm-up; a ``Conv`` node's weight
+    gives its kernel size and groups."""
+    import onnxruntime as ort
+
+    from .peers import ORT, onnx_export
+
+    with tempfile.TemporaryDirectory() as tmp:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "ort")
+        session = ort.InferenceSession(onnx_export(model, x), options, providers=["CPUExecutionProvider"])
+        feed = {session.get_inputs()[0].name: x.numpy()}
+        for _ in range(repeats + 1):
+            session.run(None, feed)
+        events = json.loads(Path(session.end_profiling()).read_text())
+    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    per_run = len(nodes) // (repeats + 1)
+    runs = []
+    for r in range(1, repeats + 1):  # the first run is the warm-up
+        run = []
+        for e in nodes[r * per_run:(r + 1) * per_run]:
+            shapes = [tuple(next(iter(d.values()))) for d in e["args"].get("input_type_shape", [])]
+            shapes += [tuple(next(iter(d.values()))) for d in e["args"].get("output_type_shape", [])]
+            run.append((f"{e['args'].get('op_name', '?')}:{e['name'].removesuffix('_kernel_time')}", shapes, e["dur"] / 1000.0))
+        runs.append(run)
+    calls = _medians(runs)
+    kinds = []
+    for name, shapes, ms in calls:
+        op = name.split(":", 1)[0]
+        if op == "Conv" and len(shapes) >= 3 and len(shapes[1]) == 4:
+            kinds.append(("conv", ms, name))
+        elif op in ORT_EPILOGUE_OPS:
+            kinds.append(("epilogue", ms, name))
+        else:
+            kinds.append(("layout" if op in ORT_LAYOUT_OPS else "other", ms, name))
+    indices, times, rest = _group(kinds)
+    convs = []
+    for i, ms in zip(indices, times):
+        name, shapes, _ = calls[i]
+        weight = shapes[1]
+        convs.append(ConvCall(name, (*_nchw(shapes[0]), *_nchw(shapes[-1])), ms,
+                              kernel=(weight[2], weight[3]), groups=shapes[0][1] // weight[1]))
+    return EngineLayers(ORT, convs, rest)
+
+
+def _blocks(c: int) -> int:
+    return -(-c // CHANNEL_BLOCK)
+
+
+def _same_input(a: ConvCall, b: ConvCall) -> bool:
+    return (_blocks(a.shape[0]), *a.shape[1:3]) == (_blocks(b.shape[0]), *b.shape[1:3])
+
+
+def _same_shape(a: ConvCall, b: ConvCall) -> bool:
+    return _same_input(a, b) and (_blocks(a.shape[3]), *a.shape[4:]) == (_blocks(b.shape[3]), *b.shape[4:])
+
+
+def pair(ours: Sequence[ConvCall], theirs: Sequence[ConvCall]) -> tuple[list[tuple[ConvCall, ConvCall]], list[ConvCall], list[ConvCall]]:
+    """Each of ``theirs``, in order, with the first of ``ours`` not yet paired that computes the same
+    shape (channels compared in blocks: ONNX Runtime pads them), two engines may run a block's
+    branches in either order; then those left with the first that reads the same input (a kernel
+    that also applies a squeeze-excite gate writes the gated map, not the convolution's 1x1 output).
+    Returns the pairs in ``theirs``' order and what is left unpaired on each side."""
+    left = list(ours)
+    paired: dict[int, ConvCall] = {}
+    for alike in (_same_shape, _same_input):
+        for j, conv in enumerate(theirs):
+            if j in paired:
+                continue
+            match = next((i for i, mine in enumerate(left) if alike(mine, conv)), None)
+            if match is not None:
+                paired[j] = left.pop(match)
+    pairs = [(paired[j], conv) for j, conv in enumerate(theirs) if j in paired]
+    return pairs, left, [conv for j, conv in enumerate(theirs) if j not in paired]
+
+
+def table(ours: EngineLayers, theirs: EngineLayers):
+    """One row per paired convolution, in the other engine's order: what it computes (as the other
+    engine names it), both times and ours / theirs (above 1: ours slower); then one row for the rest.
+    A pandas DataFrame; the unpaired convolutions' times go to the rest of their engine."""
+    import pandas as pd
+
+    pairs, our_left, their_left = pair(ours.convs, theirs.convs)
+    rows = [{"layer": i, "convolution": t.describe(), f"{ours.engine} ms": o.ms, f"{theirs.engine} ms": t.ms,
+             "ratio": o.ms / t.ms if t.ms > 0 else float("nan")} for i, (o, t) in enumerate(pairs)]
+    rest_ours = ours.rest_ms + sum(c.ms for c in our_left)
+    rest_theirs = theirs.rest_ms + sum(c.ms for c in their_left)
+    rows.append({"layer": len(pairs), "convolution": "the rest (not convolutions, or not paired)",
+                 f"{ours.engine} ms": rest_ours, f"{theirs.engine} ms": rest_theirs,
+                 "ratio": rest_ours / rest_theirs if rest_theirs > 0 else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def where_time_is_lost(frame, count: int = 5):
+    """The ``count`` rows of ``table`` where ours loses the most milliseconds, largest loss first."""
+    ours, theirs = [c for c in frame.columns if c.endswith(" ms")]
+    lost = frame.assign(**{"ms lost": frame[ours] - frame[theirs]})
+    return lost.sort_values("ms lost", ascending=False).head(count)

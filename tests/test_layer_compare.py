@@ -1,0 +1,66 @@
+"""helpers.layer_compare: two engines' convolutions read as NCHW, epilogues counted in, paired layer by layer."""
+
+import pytest
+
+from helpers import layer_compare
+from helpers.layer_compare import ConvCall
+
+
+def _conv(shape, ms=1.0, name="c", kernel=None, groups=None):
+    return ConvCall(name, shape, ms, kernel, groups)
+
+
+def test_epilogues_count_in_their_convolution_and_layout_changes_do_not_end_it():
+    calls = [("layout", 0.1, "to blocks"), ("conv", 1.0, "a"), ("epilogue", 0.2, "silu"), ("layout", 0.05, "reorder"),
+             ("epilogue", 0.3, "gate"), ("other", 0.4, "mean"), ("epilogue", 0.5, "add after a mean"), ("conv", 2.0, "b")]
+    indices, times, rest = layer_compare._group(calls)
+    assert indices == [1, 7]
+    assert times == pytest.approx([1.5, 2.0])  # a's SiLU and gate; the add after the mean is not a's
+    assert rest == pytest.approx(0.1 + 0.05 + 0.4 + 0.5)
+
+
+def test_pairs_follow_the_other_engines_order_compare_channels_in_blocks_and_fall_back_to_the_input():
+    ours = [_conv((256, 56, 56, 64, 56, 56), name="conv1"), _conv((64, 56, 56, 256, 56, 56), name="down"),
+            _conv((8, 1, 1, 32, 112, 112), name="se expand, gate applied"), _conv((3, 7, 7, 9, 7, 7), name="odd")]
+    theirs = [_conv((64, 56, 56, 256, 56, 56), name="Down"), _conv((256, 56, 56, 64, 56, 56), name="Conv1"),
+              _conv((16, 1, 1, 32, 1, 1), name="SE expand (8 channels padded to 16)"), _conv((5, 3, 3, 5, 3, 3), name="none")]
+    pairs, ours_left, theirs_left = layer_compare.pair(ours, theirs)
+    assert [(o.name, t.name) for o, t in pairs] == [("down", "Down"), ("conv1", "Conv1"),
+                                                    ("se expand, gate applied", "SE expand (8 channels padded to 16)")]
+    assert [c.name for c in ours_left] == ["odd"] and [c.name for c in theirs_left] == ["none"]
+
+
+def test_the_table_names_each_layer_and_puts_what_is_not_paired_in_the_rest():
+    ours = layer_compare.EngineLayers("TVM tuned", [_conv((64, 56, 56, 64, 56, 56), 0.6), _conv((1, 2, 2, 1, 2, 2), 0.1)], 0.5)
+    theirs = layer_compare.EngineLayers("ONNX Runtime", [_conv((64, 56, 56, 64, 56, 56), 0.4, kernel=(3, 3), groups=64)], 0.2)
+    frame = layer_compare.table(ours, theirs)
+    assert list(frame["convolution"]) == ["3x3 depthwise 64x56x56 -> 64x56x56", "the rest (not convolutions, or not paired)"]
+    assert list(frame["TVM tuned ms"]) == pytest.approx([0.6, 0.6]) and list(frame["ratio"]) == pytest.approx([1.5, 3.0])
+    lost = layer_compare.where_time_is_lost(frame, 1)
+    assert list(lost["ms lost"]) == pytest.approx([0.4])
+
+
+def test_both_engines_profile_a_real_model_and_every_convolution_pairs(tiny_model, tiny_input, tiny_compiled):
+    ours = layer_compare.tvm_layers(tiny_compiled, tiny_input, repeats=3)
+    theirs = layer_compare.onnx_runtime_layers(tiny_model, tiny_input, repeats=3)
+    c, h, w = tiny_input.shape[1:]
+    assert [conv.shape for conv in ours.convs] == [(c, h, w, 16, h, w)]  # conv + BN + ReLU: one kernel
+    assert [(conv.shape, conv.kernel, conv.groups) for conv in theirs.convs] == [((c, h, w, 16, h, w), (3, 3), 1)]
+    assert ours.conv_ms > 0 and theirs.conv_ms > 0 and ours.rest_ms > 0 and theirs.rest_ms > 0  # pool and linear
+    frame = layer_compare.table(ours, theirs)
+    assert len(frame) == 2 and frame["convolution"][0] == f"3x3 conv {c}x{h}x{w} -> 16x{h}x{w}"
+
+
+def test_the_loss_plot_has_one_panel_per_model_and_one_bar_per_row():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers import plotting
+
+    ours = layer_compare.EngineLayers("TVM tuned", [_conv((64, 8, 8, 64, 8, 8), 0.6), _conv((64, 8, 8, 32, 8, 8), 0.1)], 0.5)
+    theirs = layer_compare.EngineLayers("ONNX Runtime", [_conv((64, 8, 8, 64, 8, 8), 0.4), _conv((64, 8, 8, 32, 8, 8), 0.3)], 0.2)
+    fig = plotting.plot_layer_losses({"a": layer_compare.table(ours, theirs), "b": None})
+    (ax,) = fig.axes
+    assert [round(b.get_height(), 3) for b in ax.containers[0]] == [0.2, -0.2, 0.3]
+    with pytest.raises(ValueError, match="at least one table"):
+        plotting.plot_layer_losses({"b": None})
