@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +98,23 @@ def _group(calls: Sequence[tuple[str, float, str]]) -> tuple[list[int], list[flo
     return convs, times, rest
 
 
+def _tensors(shapes: list) -> list[tuple]:
+    return [shape for shape in shapes if isinstance(shape, tuple)]
+
+
+def _layers(engine: str, calls: list[tuple[str, list, float]], is_conv: Callable[[str, list], bool],
+            op_of: Callable[[str], str], epilogue_ops: set[str], layout_ops: set[str],
+            conv: Callable[[str, list, float], ConvCall]) -> EngineLayers:
+    """One engine's calls (name, argument shapes, ms) as its convolutions, epilogues counted in, and the rest."""
+    kinds = []
+    for name, shapes, ms in calls:
+        op = op_of(name)
+        kind = "conv" if is_conv(name, shapes) else "epilogue" if op in epilogue_ops else "layout" if op in layout_ops else "other"
+        kinds.append((kind, ms, name))
+    indices, times, rest = _group(kinds)
+    return EngineLayers(engine, [conv(*calls[i][:2], ms) for i, ms in zip(indices, times)], rest)
+
+
 def _medians(runs: list[list[tuple[str, list, float]]]) -> list[tuple[str, list, float]]:
     """Per call, in order: its name and argument shapes (from the first run) and its median time."""
     lengths = {len(run) for run in runs}
@@ -113,23 +130,15 @@ def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5) -> En
     compiled.run_on_device(on_device)
     calls = [c for c in _medians([ordered_calls(compiled, on_device) for _ in range(repeats)])
              if not c[0].startswith(BUILTIN_PREFIX)]
-    kinds = []
-    for name, shapes, ms in calls:
-        tensors = [s for s in shapes if isinstance(s, tuple)]
-        op = op_type(name)
-        if "conv2d" in name and len(tensors) >= 2 and len(tensors[0]) in (4, 5) and len(tensors[-1]) in (4, 5):
-            kinds.append(("conv", ms, name))
-        elif op in TVM_EPILOGUE_OPS:
-            kinds.append(("epilogue", ms, name))
-        else:
-            kinds.append(("layout" if op in TVM_LAYOUT_OPS else "other", ms, name))
-    indices, times, rest = _group(kinds)
-    convs = []
-    for i, ms in zip(indices, times):
-        name, shapes, _ = calls[i]
-        tensors = [s for s in shapes if isinstance(s, tuple)]
-        convs.append(ConvCall(name, (*_nchw(tensors[0]), *_nchw(tensors[-1])), ms))
-    return EngineLayers("TVM tuned", convs, rest)
+    def is_conv(name: str, shapes: list) -> bool:
+        tensors = _tensors(shapes)
+        return "conv2d" in name and len(tensors) >= 2 and len(tensors[0]) in (4, 5) and len(tensors[-1]) in (4, 5)
+
+    def conv(name: str, shapes: list, ms: float) -> ConvCall:
+        tensors = _tensors(shapes)
+        return ConvCall(name, (*_nchw(tensors[0]), *_nchw(tensors[-1])), ms)
+
+    return _layers("TVM tuned", calls, is_conv, op_type, TVM_EPILOGUE_OPS, TVM_LAYOUT_OPS, conv)
 
 
 def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
@@ -162,24 +171,13 @@ def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 
             shapes += [tuple(next(iter(d.values()))) for d in e["args"].get("output_type_shape", [])]
             run.append((f"{e['args'].get('op_name', '?')}:{e['name'].removesuffix('_kernel_time')}", shapes, e["dur"] / 1000.0))
         runs.append(run)
-    calls = _medians(runs)
-    kinds = []
-    for name, shapes, ms in calls:
-        op = name.split(":", 1)[0]
-        if op == "Conv" and len(shapes) >= 3 and len(shapes[1]) == 4:
-            kinds.append(("conv", ms, name))
-        elif op in ORT_EPILOGUE_OPS:
-            kinds.append(("epilogue", ms, name))
-        else:
-            kinds.append(("layout" if op in ORT_LAYOUT_OPS else "other", ms, name))
-    indices, times, rest = _group(kinds)
-    convs = []
-    for i, ms in zip(indices, times):
-        name, shapes, _ = calls[i]
+    def conv(name: str, shapes: list, ms: float) -> ConvCall:
         weight = shapes[1]
-        convs.append(ConvCall(name, (*_nchw(shapes[0]), *_nchw(shapes[-1])), ms,
-                              kernel=(weight[2], weight[3]), groups=shapes[0][1] // weight[1]))
-    return EngineLayers(ORT, convs, rest)
+        return ConvCall(name, (*_nchw(shapes[0]), *_nchw(shapes[-1])), ms, kernel=(weight[2], weight[3]),
+                        groups=shapes[0][1] // weight[1])
+
+    return _layers(ORT, _medians(runs), lambda name, shapes: name.startswith("Conv:") and len(shapes) >= 3 and len(shapes[1]) == 4,
+                   lambda name: name.split(":", 1)[0], ORT_EPILOGUE_OPS, ORT_LAYOUT_OPS, conv)
 
 
 def _blocks(c: int) -> int:

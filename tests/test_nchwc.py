@@ -237,6 +237,9 @@ def _templates_match_the_unscheduled_kernels(mod: tvm.IRModule, target, convs: i
             assert "vectorized" in script and "parallel" in script
             # Everything after the convolution is one block written with the tile: no loop left serial.
             assert len(sch.get_child_blocks(sch.get_sblock("root"))) <= 4  # padding, init, update, the written tile
+            for block in sch.get_child_blocks(sch.get_sblock("root")):  # the padding too: a pass split between
+                outer = sch.get(sch.get_loops(block)[0])                 # the cores, or inside the convolution's tiles
+                assert outer.kind == tvm.tirx.ForKind.PARALLEL, (schedule.__name__, sch.get(block).name_hint)
             np.testing.assert_allclose(_run_kernel(sch.mod, target, [a.copy() for a in arrays]), expected, rtol=1e-4, atol=1e-4)
 
 
