@@ -606,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_cmd.add_argument("databases", type=Path, nargs="+", help="database directories, e.g. tuning/resnet50-b1-znver4-2cores")
     compare_cmd.add_argument("--batch", type=int, default=1)
     compare_cmd.add_argument("--repeats", type=int, default=30)
-    compare_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (e.g. znver3: AVX2)")
+    compare_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (AVX2: haswell, or znver3 on an AMD CPU)")
     table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
     table_cmd.add_argument("--batch", type=int, default=1)
