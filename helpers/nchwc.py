@@ -115,6 +115,7 @@ def layout_passes(layout: str) -> list[tvm.transform.Pass]:
 
 
 DEPTHWISE_BLOCK = "depthwise_conv2d_NCHWc"  # the name ``_depthwise_nchwc`` gives its computation
+DEPTHWISE_PAD = "pad_temp"  # and its padding (part of every depthwise kernel's workload: renaming it retunes them)
 
 
 def _depthwise_nchwc(data: te.Tensor, kernel: te.Tensor, strides, padding, dilation, out_dtype: str) -> te.Tensor:
@@ -123,7 +124,7 @@ def _depthwise_nchwc(data: te.Tensor, kernel: te.Tensor, strides, padding, dilat
     _, _, kh, kw, _ = kernel.shape
     top, left, bottom, right = padding
     (sh, sw), (dh, dw) = strides, dilation
-    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name="pad_temp")
+    padded = topi.nn.pad(data, [0, 0, top, left, 0], [0, 0, bottom, right, 0], name=DEPTHWISE_PAD)
     out_h = (height + top + bottom - (kh - 1) * dh - 1) // sh + 1
     out_w = (width + left + right - (kw - 1) * dw - 1) // sw + 1
     ry = te.reduce_axis((0, kh), name="ry")
@@ -269,8 +270,8 @@ def schedule_depthwise_nchwc(sch: s_tir.Schedule, max_row: int = 16) -> None:
     sch.reorder(n, oh, c, ow_outer, ry, rx, row, lanes)
     sch.parallel(sch.fuse(n, oh, c))
     sch.reverse_compute_at(out, ow_outer, preserve_unit_loops=True)
-    for producer in sch.get_producers(conv):  # TOPI's pad, ``pad_temp`` here
-        if sch.get(producer).name_hint in ("data_pad", "pad_temp"):
+    for producer in sch.get_producers(conv):
+        if sch.get(producer).name_hint == DEPTHWISE_PAD:
             sch.compute_at(producer, ow_outer, preserve_unit_loops=True)
             sch.vectorize(sch.get_loops(producer)[-1])
     sch.set_scope(conv, 0, "local")
