@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 import tvm
 
-from . import databases, dispatch, kernels, machine, models, nchwc, peers, timing, tuning
+from . import databases, dispatch, kernels, layer_compare, machine, models, nchwc, peers, timing, tuning
 from .build import CompiledModel, check_parity, compile_model
 from .peers import COMPILED, EAGER, FROZEN, ORT
 
@@ -473,9 +473,7 @@ def _print_and_keep(kind: str, title: str, result: dict, format_result, save: bo
     text = format_result(result, summary)
     print(text)
     if save:
-        paths = [results_path(target, suffix, kind=kind) for suffix in ("json", "md")]
-        if _imitated(target):
-            paths = [p.with_name(f"{p.stem}-on-{machine.cpu_name()}{p.suffix}") for p in paths]
+        paths = [_results_path(target, suffix, kind) for suffix in ("json", "md")]
         record = save_record(paths[0], machine=info.as_dict(), target=str(target), imitated=_imitated(target), **result)
         paths[1].write_text(f"# {title}, measured {record['measured']}\n\n{text}\n")
         print(f"saved {paths[1]}")
@@ -556,6 +554,47 @@ def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_RO
     return root / f"{kind}-{slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
 
 
+def _results_path(target: tvm.target.Target, suffix: str, kind: str) -> Path:
+    """``results_path``, named ``...-on-<this cpu>`` for a CPU class imitated on this one."""
+    path = results_path(target, suffix, kind=kind)
+    return path.with_name(f"{path.stem}-on-{machine.cpu_name()}{path.suffix}") if _imitated(target) else path
+
+
+def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str | None = None,
+                   save: bool = True) -> dict:
+    """Tuned TVM's convolutions (the database ``databases.choose`` picks) against the fastest PyTorch's
+    (freezing: oneDNN, BatchNorm folded) and, unless the CPU class is imitated, ONNX Runtime's, layer
+    by layer (``helpers.layer_compare``): the profile that says where a model's gap to each peer is.
+    Prints where tuned TVM loses most and (``save``) keeps every table in results/layers-<model>-<cpu>-<cores>cores.json."""
+    target = _target_for(mcpu)
+    model = models.load_model(model_name)
+    x = models.example_input(batch)
+    imported = models.import_to_relax(model, x)
+    database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
+    compiled = database.compile(imported, target)
+    check_parity(compiled, model, x)
+    found = peers.peers(model, x, with_onnx_runtime=not _imitated(target), which=[FROZEN, ORT])
+    ours = layer_compare.tvm_layers(compiled, x, repeats)
+    theirs = [layer_compare.frozen_pytorch_layers(found.runners[FROZEN], repeats)]
+    if ORT in found.runners:
+        theirs.append(layer_compare.onnx_runtime_layers(model, x, repeats))
+    tables = {other.engine: layer_compare.table(ours, other) for other in theirs}
+    print(f"{model_name}, batch {batch}, TVM built for {target.attrs['mcpu']} with {database.label()}, "
+          f"on {machine.cpu_name()}:")
+    for engine, frame in tables.items():
+        columns = [c for c in frame.columns if c.endswith(" ms")]
+        print(f"\nagainst {engine}: {frame[columns[0]].sum():.2f} ms against {frame[columns[1]].sum():.2f}; "
+              "where tuned TVM loses most:")
+        print(layer_compare.where_time_is_lost(frame, 8).round(3).to_string(index=False))
+    if save:
+        path = _results_path(target, "json", f"layers-{model_name}")
+        save_record(path, machine=machine.describe().as_dict(), target=str(target), imitated=_imitated(target),
+                    model=model_name, batch=batch, database=database.label(),
+                    **{f"layers against {engine}": frame.round(3).to_dict(orient="records") for engine, frame in tables.items()})
+        print(f"saved {path}")
+    return tables
+
+
 def save_record(path: Path, **fields: object) -> dict:
     """Write ``fields`` as JSON to ``path``, stamped with the time measured (UTC); return what was written."""
     record = {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **fields}
@@ -607,6 +646,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_cmd.add_argument("--batch", type=int, default=1)
     compare_cmd.add_argument("--repeats", type=int, default=30)
     compare_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (AVX2: haswell, or znver3 on an AMD CPU)")
+    layers_cmd = sub.add_parser("layers", help="tuned TVM against freezing and ONNX Runtime, convolution by convolution")
+    layers_cmd.add_argument("model", choices=models.available_models())
+    layers_cmd.add_argument("--batch", type=int, default=1)
+    layers_cmd.add_argument("--repeats", type=int, default=10)
+    layers_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    layers_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (AVX2: haswell, or znver3 on an AMD CPU)")
     table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(BENCH_MODELS)})")
     table_cmd.add_argument("--batch", type=int, default=1)
@@ -637,6 +682,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for t in timings:
             print(f"  {t.label:<64} {t.median_ms:8.2f} ms (IQR {t.iqr_ms:.2f})"
                   + (f"  {by_label[best.pytorch].median_ms / t.median_ms:.2f}x {best.pytorch}" if t.label.startswith("TVM ") else ""))
+    elif args.command == "layers":
+        compare_layers(args.model, args.batch, args.repeats, args.mcpu, save=not args.no_save)
     elif args.command == "int8":
         run_int8(args.repeats, save=not args.no_save, mcpu=args.mcpu)
     elif args.command == "transformer":

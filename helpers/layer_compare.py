@@ -180,6 +180,52 @@ def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 
                    lambda name: name.split(":", 1)[0], ORT_EPILOGUE_OPS, ORT_LAYOUT_OPS, conv)
 
 
+# oneDNN's convolutions as Inductor's freezing calls them: (input, weight, bias, padding, stride, dilation,
+# groups, ...), with the tensor a residual is added from after the input where the add is fused, or before
+# it, as the tensor written in place (``_convolution_pointwise_``).
+FROZEN_CONV_OPS = ("mkldnn::_convolution_pointwise", "mkldnn::_convolution_pointwise_")
+
+
+def _frozen_conv(name: str, args: tuple, ms: float) -> ConvCall:
+    """A oneDNN convolution call of freezing's, from its argument shapes and its lists and numbers."""
+    shapes, concrete = args
+    at = next(i for i, value in enumerate(concrete) if isinstance(value, list))  # the padding
+    (_, c, h, w), weight = shapes[1 if name.endswith("_") else 0], shapes[at - 2]
+    padding, stride, dilation, groups = concrete[at:at + 4]
+    out = [(size + 2 * p - d * (k - 1) - 1) // s + 1 for size, p, d, k, s in zip((h, w), padding, dilation, weight[2:], stride)]
+    return ConvCall(name, (c, h, w, weight[0], *out), ms, kernel=tuple(weight[2:]), groups=groups)
+
+
+def frozen_pytorch_layers(run: Callable[[], object], repeats: int = 5) -> EngineLayers:
+    """PyTorch with Inductor's freezing, call by call: ``run`` is the freezing peer's runner
+    (``peers.peers(...).runners[peers.FROZEN]``, or ``peers.compiled_runner(model, x, freezing=True)[0]``),
+    timed by ``torch.profiler``, medians of ``repeats`` runs after three warm-ups. Freezing runs each
+    convolution as one oneDNN call with BatchNorm folded into its weights and the activation (and a
+    residual add) fused in; the rest (pooling, element-wise work it did not fuse) runs in Inductor's C++
+    kernels, which the profiler does not name: "the rest" is the compiled graph's time less its named calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .peers import FROZEN
+
+    for _ in range(3):
+        run()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(repeats):
+            run()
+    graphs = [e for e in prof.events() if e.name.startswith("## Call CompiledFxGraph")]
+    if len(graphs) != repeats:
+        raise RuntimeError(f"{len(graphs)} calls of a compiled graph in the profile of {repeats} runs: "
+                           "give the runner of a model compiled whole, with freezing (peers.compiled_runner)")
+    runs = []
+    for graph in graphs:
+        calls = [(f"{e.name}:{i}", (e.input_shapes, e.concrete_inputs), e.cpu_time_total / 1000.0)
+                 for i, e in enumerate(graph.cpu_children)]
+        runs.append([*calls, ("rest", None, graph.cpu_time_total / 1000.0 - sum(ms for *_, ms in calls))])
+    op = lambda name: name.rsplit(":", 1)[0]  # noqa: E731  (the call's index is part of its name)
+    return _layers(FROZEN, _medians(runs), lambda name, _: op(name) in FROZEN_CONV_OPS, op, set(), set(),
+                   lambda name, args, ms: _frozen_conv(op(name), args, ms))
+
+
 def _blocks(c: int) -> int:
     return -(-c // CHANNEL_BLOCK)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -113,10 +113,11 @@ class ZooResult:
     relative_error: float
     timings: list[timing.Timing]
     profile: profiling.Profile
-    # Tuned TVM's convolutions against ONNX Runtime's, layer by layer (``layer_compare.table``);
-    # None, with the reason in ``layers_missing``, where ONNX Runtime did not run the model.
-    layers: object = None
-    layers_missing: str = ""
+    # Tuned TVM's convolutions against each peer's, layer by layer (``layer_compare.table``), by peer:
+    # ONNX Runtime's and PyTorch with freezing's (the fastest PyTorch everywhere measured); a peer that
+    # was not run has the reason in ``layers_missing`` instead (freezing is compiled in full mode only).
+    layers: dict = field(default_factory=dict)
+    layers_missing: dict = field(default_factory=dict)
 
     def row(self) -> dict:
         """One plain record: the model, its operator mix, the latencies, and tuned TVM against eager
@@ -159,11 +160,40 @@ def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: flo
     runners = {**found.runners, TUNED: timing.tvm_runner(compiled, x)}
     timings = timing.measure_engines(runners, warmup=2, repeats=repeats)
     prof = profiling.profile(compiled, x, repeats=config.pick(10, 3))
-    if peers.ORT not in found.runners:
-        return ZooResult(name, mix, database, error, timings, prof, layers_missing=found.missing.get(peers.ORT, ""))
-    layers = layer_compare.table(layer_compare.tvm_layers(compiled, x, repeats=config.pick(10, 3)),
-                                 layer_compare.onnx_runtime_layers(model, x, repeats=config.pick(10, 3)))
-    return ZooResult(name, mix, database, error, timings, prof, layers=layers)
+    result = ZooResult(name, mix, database, error, timings, prof)
+    for peer in (peers.ORT, peers.FROZEN):
+        if peer not in found.runners:
+            result.layers_missing[peer] = found.missing.get(peer, f"{peer} is compiled in full mode only "
+                                                                   "(each compile takes tens of seconds)")
+    if len(result.layers_missing) == 2:
+        return result
+    ours = layer_compare.tvm_layers(compiled, x, repeats=config.pick(10, 3))
+    if peers.ORT in found.runners:
+        result.layers[peers.ORT] = layer_compare.table(ours, layer_compare.onnx_runtime_layers(model, x, repeats=config.pick(10, 3)))
+    if peers.FROZEN in found.runners:
+        theirs = layer_compare.frozen_pytorch_layers(found.runners[peers.FROZEN], repeats=config.pick(10, 3))
+        result.layers[peers.FROZEN] = layer_compare.table(ours, theirs)
+    return result
+
+
+def show_layer_losses(results: dict[str, ZooResult], peer: str, worst: int = 3):
+    """Plot where tuned TVM loses to ``peer`` in each model of ``results``, convolution by convolution
+    (``plotting.plot_layer_losses``), print each model's ``worst`` layers, and say which models have no
+    such comparison, and why. Returns the figure, or None where no model has one."""
+    from .plotting import plot_layer_losses
+
+    tables = {name: r.layers.get(peer) for name, r in results.items()}
+    for name, r in results.items():
+        if tables[name] is None:
+            print(f"{name}: no layer comparison with {peer}: {r.layers_missing.get(peer, 'not measured')}")
+    if all(frame is None for frame in tables.values()):
+        return None
+    fig = plot_layer_losses(tables, title=f"Tuned TVM against {peer}, convolution by convolution")
+    for name, frame in tables.items():
+        if frame is not None:
+            print(f"{name}: where tuned TVM loses most to {peer}")
+            print(layer_compare.where_time_is_lost(frame, worst).round(3).to_string(index=False))
+    return fig
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -179,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = run_model(name, repeats=args.repeats, budget=budget)
         row = result.row()
         row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
-        if result.layers is not None:
-            row["layers against ONNX Runtime"] = result.layers.round(3).to_dict(orient="records")
+        for against, frame in result.layers.items():
+            row[f"layers against {against}"] = frame.round(3).to_dict(orient="records")
         rows.append(row)
         print(json.dumps(row), flush=True)
     target = machine.cpu_target()

@@ -1,6 +1,7 @@
 """helpers.layer_compare: two engines' convolutions read as NCHW, epilogues counted in, paired layer by layer."""
 
 import pytest
+import torch
 
 from helpers import layer_compare
 from helpers.layer_compare import ConvCall
@@ -64,3 +65,35 @@ def test_the_loss_plot_has_one_panel_per_model_and_one_bar_per_row():
     assert [round(b.get_height(), 3) for b in ax.containers[0]] == [0.2, -0.2, 0.3]
     with pytest.raises(ValueError, match="at least one table"):
         plotting.plot_layer_losses({"b": None})
+
+
+class _StridedResidual(torch.nn.Module):
+    """A strided convolution, then a 1x1 one whose output a residual is added to: freezing fuses both."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, stride=2, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+        self.mix = torch.nn.Sequential(torch.nn.Conv2d(16, 24, 1), torch.nn.BatchNorm2d(24))
+        self.skip = torch.nn.Conv2d(16, 24, 1)
+        self.fc = torch.nn.Linear(24, 10)
+
+    def forward(self, x):
+        y = self.down(x)
+        y = torch.relu(self.mix(y) + self.skip(y))
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+
+def test_freezing_is_profiled_call_by_call_and_each_onednn_convolution_is_read_back():
+    from helpers import peers
+
+    torch.manual_seed(0)
+    model, x = _StridedResidual().eval(), torch.randn(1, 3, 30, 30, generator=torch.Generator().manual_seed(1))
+    run, _ = peers.compiled_runner(model, x, freezing=True)
+    theirs = layer_compare.frozen_pytorch_layers(run, repeats=3)
+    assert theirs.engine == peers.FROZEN
+    # 30x30 at stride 2 with padding 1 gives 15x15; the residual's two 1x1 convolutions in either order
+    assert theirs.convs[0].shape == (3, 30, 30, 16, 15, 15) and theirs.convs[0].kernel == (3, 3)
+    assert sorted(c.shape for c in theirs.convs[1:]) == [(16, 15, 15, 24, 15, 15)] * 2
+    assert all(c.groups == 1 and c.ms > 0 for c in theirs.convs) and theirs.rest_ms > 0  # pool, linear
+    with pytest.raises(RuntimeError, match="compiled whole"):
+        layer_compare.frozen_pytorch_layers(lambda: model(x), repeats=2)  # eager: no compiled graph
