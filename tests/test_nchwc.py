@@ -290,3 +290,30 @@ def test_the_cores_split_the_output_by_rows_unless_the_weights_outweigh_the_inpu
     assert (conv_loop.index("oh") < conv_loop.index("oc_chunk")) == by_rows, conv_loop
     (pad_loop,) = [name for name in loops if name != conv_loop]
     assert (pad_loop.index("i2") < pad_loop.index("i1")) == by_rows, pad_loop  # the padding splits alike
+
+
+def test_a_row_that_does_not_divide_the_width_leaves_a_shorter_last_tile_computed_right(target):
+    # 10 pixels wide: rows of 3, 4, 6, 7, 8 or 9 pixels leave a tail (the schedule checks each pixel's bound)
+    torch.manual_seed(0)
+    conv = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False), torch.nn.BatchNorm2d(16),
+                               torch.nn.ReLU()).eval()
+    imported = models.import_to_relax(conv, torch.randn(1, 16, 10, 10))
+    (kernel,) = [t.dispatched[0] for t in tvm.s_tir.meta_schedule.relax_integration.extract_tasks(
+        build.fuse(imported.mod, target, "NCHW8c"), target) if nchwc.template_for(t.dispatched[0]) is not None]
+    shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(kernel["main"])]
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+    expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
+    rows = set()
+    for seed in range(1, 40):
+        sch = tvm.s_tir.Schedule(kernel, seed=seed)
+        nchwc.schedule_conv2d_nchwc(sch)
+        (row,) = [int(inst.attrs[0][decision]) for inst, decision in sch.trace.decisions.items()
+                  if inst.kind.name == "SampleCategorical"]
+        if row in rows or 10 % row == 0:
+            continue
+        rows.add(row)
+        np.testing.assert_allclose(_run_kernel(sch.mod, target, [a.copy() for a in arrays]), expected, rtol=1e-4, atol=1e-4)
+        if len(rows) == 2:
+            break
+    assert len(rows) == 2, f"the search never sampled a row that leaves a tail: {rows}"
