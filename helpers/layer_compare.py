@@ -1,4 +1,4 @@
-"""Where the fastest engine wins: tuned TVM's convolutions against ONNX Runtime's, layer by layer.
+"""Where a peer wins: tuned TVM's convolutions against ONNX Runtime's or freezing's, layer by layer.
 
 A model's end-to-end ratio says *whether* another engine is faster; the profile of each says
 *where*. Both engines run the convolutions of the model in graph order, each in its own layout
@@ -13,6 +13,11 @@ elementwise calls that follow a convolution count as part of it, on both sides; 
 Both sides are timed call by call (TVM through the VM's instrument hook, as ``helpers.profiling``
 does; ONNX Runtime with its own profiler), medians over a few runs: the totals are a little above
 the engines' end-to-end times, and the comparison is of layers, not of those times.
+
+PyTorch with Inductor's freezing, the fastest PyTorch, is read the same way (``frozen_pytorch_layers``,
+``torch.profiler``): one oneDNN call per convolution, BatchNorm folded into its weights and the
+activation and a residual add fused in. It is the one peer on a CPU class imitated on a larger CPU,
+where ONNX Runtime cannot be held to the smaller class's vectors.
 """
 
 from __future__ import annotations
