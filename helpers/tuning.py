@@ -284,7 +284,8 @@ def _prepare(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout
 
 def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str) -> tvm.IRModule:
     fused = fuse(mod, target, layout)
-    return relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
+    fused = relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
+    return fused if nchwc.block_of(layout) is None else nchwc.schedule_blocked_elementwise(fused)
 
 
 def _check_prepared_alike(work_dir: Path, prepack: bool, layout: str = nchwc.PLAIN) -> None:

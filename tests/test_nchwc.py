@@ -317,3 +317,37 @@ def test_a_row_that_does_not_divide_the_width_leaves_a_shorter_last_tile_compute
         if len(rows) == 2:
             break
     assert len(rows) == 2, f"the search never sampled a row that leaves a tail: {rows}"
+
+
+
+def _gate_times_map(blocks: int, lanes: int, rows: int = 6):
+    """A squeeze-excite gate (one value per channel) times a map in channel blocks, as an element-wise kernel
+    of its own (EfficientNet-B0's 480- and 672-channel gates are, after fusion), unscheduled."""
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def gate(g: T.Buffer((1, blocks, 1, 1, lanes), "float32"), x: T.Buffer((1, blocks, rows, 5, lanes), "float32"),
+             y: T.Buffer((1, blocks, rows, 5, lanes), "float32")):
+        T.func_attr({"tirx.noalias": True, "op_pattern": 1})
+        for a0, a1, a2, a3, a4 in T.grid(1, blocks, rows, 5, lanes):
+            with T.sblock("T_multiply"):
+                v0, v1, v2, v3, v4 = T.axis.remap("SSSSS", [a0, a1, a2, a3, a4])
+                y[v0, v1, v2, v3, v4] = g[v0, v1, 0, 0, v4] * x[v0, v1, v2, v3, v4]
+
+    return gate
+
+
+def test_element_wise_kernels_over_blocked_maps_are_scheduled_once_not_tuned(target):
+    mod = tvm.IRModule({"gate16": _gate_times_map(3, 16), "gate8": _gate_times_map(2, 8),
+                        "odd_lanes": _gate_times_map(2, 3), "reduction": _gate_times_map(2, 16).with_attr("op_pattern", 3)})
+    scheduled = nchwc.schedule_blocked_elementwise(mod)
+    rng = np.random.default_rng(0)
+    for name in ("gate16", "gate8"):
+        func = scheduled[name]
+        assert func.attrs["tirx.is_scheduled"] and "T.parallel" in func.script() and "T.vectorized" in func.script()
+        shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(mod[name])]
+        arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+        expected = arrays[0] * arrays[1]
+        np.testing.assert_allclose(_run_kernel(tvm.IRModule({"main": func}), target, arrays), expected)
+    for name in ("odd_lanes", "reduction"):  # not over vector-wide channel blocks, or not element-wise: left alone
+        assert "tirx.is_scheduled" not in scheduled[name].attrs and "T.parallel" not in scheduled[name].script()
