@@ -574,11 +574,7 @@ def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str
     compiled = database.compile(imported, target)
     check_parity(compiled, model, x)
     found = peers.peers(model, x, with_onnx_runtime=not _imitated(target), which=[FROZEN, ORT])
-    ours = layer_compare.tvm_layers(compiled, x, repeats)
-    theirs = [layer_compare.frozen_pytorch_layers(found.runners[FROZEN], repeats)]
-    if ORT in found.runners:  # last: its threads spin after each run and slow what runs next (zoo.run_model)
-        theirs.append(layer_compare.onnx_runtime_layers(model, x, repeats))
-    tables = {other.engine: layer_compare.table(ours, other) for other in theirs}
+    tables = layer_compare.against_peers(compiled, model, x, found.runners, repeats)
     print(f"{model_name}, batch {batch}, TVM built for {target.attrs['mcpu']} with {database.label()}, "
           f"on {machine.cpu_name()}:")
     for engine, frame in tables.items():

@@ -231,6 +231,23 @@ def frozen_pytorch_layers(run: Callable[[], object], repeats: int = 5) -> Engine
                    lambda name, args, ms: _frozen_conv(op(name), args, ms))
 
 
+def against_peers(compiled: CompiledModel, model: torch.nn.Module, x: torch.Tensor, runners: dict,
+                  repeats: int = 5) -> dict:
+    """Tuned TVM's convolutions against each peer in ``runners`` (``peers.peers(...).runners``) that has a
+    layer profile, freezing's and ONNX Runtime's: ``{peer: table(...)}``, TVM profiled once. ONNX Runtime
+    goes last: its threads spin after each run and slow whatever runs next (freezing's calls summed to
+    7.4 ms on MobileNetV2 against 5.7 end to end when profiled after it), and its session ends with it."""
+    from .peers import FROZEN, ORT
+
+    if FROZEN not in runners and ORT not in runners:
+        return {}
+    ours = tvm_layers(compiled, x, repeats)
+    theirs = [frozen_pytorch_layers(runners[FROZEN], repeats)] if FROZEN in runners else []
+    if ORT in runners:
+        theirs.append(onnx_runtime_layers(model, x, repeats))
+    return {other.engine: table(ours, other) for other in theirs}
+
+
 def _blocks(c: int) -> int:
     return -(-c // CHANNEL_BLOCK)
 

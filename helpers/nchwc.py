@@ -313,6 +313,7 @@ def schedule_blocked_elementwise(mod: tvm.IRModule) -> tvm.IRModule:
     nothing to search in such a kernel, so it is marked scheduled and no longer tuned (a database's
     records for it are not used). Kernels of any other kind, or not over ``[N, C/b, H, W, b]``, are left as they are.
     """
+    mod = mod.clone()  # the caller's module stays as it was
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs.get("tirx.is_scheduled", False):
             continue

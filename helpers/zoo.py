@@ -165,16 +165,7 @@ def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: flo
         if peer not in found.runners:
             result.layers_missing[peer] = found.missing.get(peer, f"{peer} is compiled in full mode only "
                                                                    "(each compile takes tens of seconds)")
-    if len(result.layers_missing) == 2:
-        return result
-    ours = layer_compare.tvm_layers(compiled, x, repeats=config.pick(10, 3))
-    # ONNX Runtime's profile last: its threads spin after each run and slow whatever runs next (freezing's
-    # calls summed to 7.4 ms against 5.7 end to end when profiled after it), and its session ends with it.
-    if peers.FROZEN in found.runners:
-        theirs = layer_compare.frozen_pytorch_layers(found.runners[peers.FROZEN], repeats=config.pick(10, 3))
-        result.layers[peers.FROZEN] = layer_compare.table(ours, theirs)
-    if peers.ORT in found.runners:
-        result.layers[peers.ORT] = layer_compare.table(ours, layer_compare.onnx_runtime_layers(model, x, repeats=config.pick(10, 3)))
+    result.layers = layer_compare.against_peers(compiled, model, x, found.runners, repeats=config.pick(10, 3))
     return result
 
 

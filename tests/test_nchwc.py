@@ -216,6 +216,12 @@ def _run_kernel(kernel: tvm.IRModule, target, arrays: list[np.ndarray]) -> np.nd
     return args[-1].numpy()
 
 
+def _random_arguments(func: tvm.tirx.PrimFunc, rng: np.random.Generator) -> list[np.ndarray]:
+    """Arguments for a kernel: random inputs, a zeroed output (its last argument)."""
+    shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(func)]
+    return [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+
+
 def _templates_match_the_unscheduled_kernels(mod: tvm.IRModule, target, convs: int, depthwise: int) -> None:
     """Each blocked kernel under its template, three sampled tilings, against the kernel unscheduled."""
     tasks = tvm.s_tir.meta_schedule.relax_integration.extract_tasks(mod, target)
@@ -227,8 +233,7 @@ def _templates_match_the_unscheduled_kernels(mod: tvm.IRModule, target, convs: i
     assert all(nchwc.search_space(t) == "post-order-apply" for t in tasks if nchwc.template_for(t.dispatched[0]) is None)
     rng = np.random.default_rng(0)
     for kernel, schedule in templated:
-        shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(kernel["main"])]
-        arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+        arrays = _random_arguments(kernel["main"], rng)
         expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
         for seed in (1, 2, 3):
             sch = tvm.s_tir.Schedule(kernel, seed=seed)
@@ -300,9 +305,7 @@ def test_a_row_that_does_not_divide_the_width_leaves_a_shorter_last_tile_compute
     imported = models.import_to_relax(conv, torch.randn(1, 16, 10, 10))
     (kernel,) = [t.dispatched[0] for t in tvm.s_tir.meta_schedule.relax_integration.extract_tasks(
         build.fuse(imported.mod, target, "NCHW8c"), target) if nchwc.template_for(t.dispatched[0]) is not None]
-    shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(kernel["main"])]
-    rng = np.random.default_rng(0)
-    arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+    arrays = _random_arguments(kernel["main"], np.random.default_rng(0))
     expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
     rows = set()
     for seed in range(1, 40):
@@ -317,7 +320,6 @@ def test_a_row_that_does_not_divide_the_width_leaves_a_shorter_last_tile_compute
         if len(rows) == 2:
             break
     assert len(rows) == 2, f"the search never sampled a row that leaves a tail: {rows}"
-
 
 
 def _gate_times_map(blocks: int, lanes: int, rows: int = 6):
@@ -345,8 +347,7 @@ def test_element_wise_kernels_over_blocked_maps_are_scheduled_once_not_tuned(tar
     for name in ("gate16", "gate8"):
         func = scheduled[name]
         assert func.attrs["tirx.is_scheduled"] and "T.parallel" in func.script() and "T.vectorized" in func.script()
-        shapes = [[int(d) for d in a.shape] for a in tvm.s_tir.meta_schedule.arg_info.ArgInfo.from_prim_func(mod[name])]
-        arrays = [rng.standard_normal(s).astype("float32") for s in shapes[:-1]] + [np.zeros(shapes[-1], "float32")]
+        arrays = _random_arguments(mod[name], rng)
         expected = arrays[0] * arrays[1]
         np.testing.assert_allclose(_run_kernel(tvm.IRModule({"main": func}), target, arrays), expected)
     for name in ("odd_lanes", "reduction"):  # not over vector-wide channel blocks, or not element-wise: left alone
