@@ -34,7 +34,7 @@ import torch
 import tvm
 
 from . import databases, dispatch, kernels, layer_compare, machine, models, nchwc, peers, timing, tuning
-from .build import CompiledModel, check_parity, compile_model
+from .build import CompiledModel, ImportedModel, check_parity, compile_model
 from .peers import COMPILED, EAGER, FROZEN, ORT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,9 +142,7 @@ def tune_in_stages(
     work_dir = work_dir or tuning_dir(model_name, target, batch)
     if layout is None:
         layout = tuning.tuned_layout(seed_from) if seed_from is not None else nchwc.PLAIN
-    model = models.load_model(model_name)
-    x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
+    model, x, imported = _load(model_name, batch)
     curve_path = work_dir / CURVE_FILE
     curve = read_curve(work_dir) if curve_path.is_file() else {
         "model": model_name,
@@ -210,9 +208,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     (default: this CPU's) may be an imitated CPU class (``transfer_study.emulated_target``).
     """
     target = target or machine.cpu_target()
-    model = models.load_model(model_name)
-    x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
+    model, x, imported = _load(model_name, batch)
     found = peers.peers(model, x, with_onnx_runtime=not _imitated(target))
     runners = dict(found.runners)
     untuned = compile_model(imported, target)
@@ -238,6 +234,13 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     if TUNED in runners:
         row.update(_dispatch_run_in_its_own_process(model_name, batch, repeats, target))
     return row
+
+
+def _load(model_name: str, batch: int) -> tuple[torch.nn.Module, torch.Tensor, ImportedModel]:
+    """A course model, its example input of ``batch`` images, and its import into Relax."""
+    model = models.load_model(model_name)
+    x = models.example_input(batch)
+    return model, x, models.import_to_relax(model, x)
 
 
 def _imitated(target: tvm.target.Target) -> bool:
@@ -277,10 +280,8 @@ def compare_databases(model_name: str, paths: Sequence[Path], batch: int = 1, re
                       mcpu: str | None = None) -> list[timing.Timing]:
     """``time_databases`` for a course model on this CPU, or on a CPU class it imitates (``mcpu``)."""
     target = _target_for(mcpu)
-    model = models.load_model(model_name)
-    x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
-    return time_databases(model, x, imported, paths, target, repeats, imitated=bool(mcpu) and mcpu != machine.cpu_name())
+    model, x, imported = _load(model_name, batch)
+    return time_databases(model, x, imported, paths, target, repeats, imitated=_imitated(target))
 
 
 def _records(timings: Sequence[timing.Timing]) -> dict[str, dict]:
@@ -296,9 +297,7 @@ def dispatch_run(model_name: str, batch: int = 1, repeats: int = 20, mcpu: str |
     class, as in the main table's peers (its Inductor cache would be the host's).
     """
     target = _target_for(mcpu)
-    model = models.load_model(model_name)
-    x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
+    model, x, imported = _load(model_name, batch)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     dispatched = dispatch.compile_dispatched(imported, target, database=database, prepack=True)
     check_parity(dispatched, model, x)
@@ -473,7 +472,7 @@ def _print_and_keep(kind: str, title: str, result: dict, format_result, save: bo
     text = format_result(result, summary)
     print(text)
     if save:
-        paths = [_results_path(target, suffix, kind) for suffix in ("json", "md")]
+        paths = [results_path_here(target, suffix, kind) for suffix in ("json", "md")]
         record = save_record(paths[0], machine=info.as_dict(), target=str(target), imitated=_imitated(target), **result)
         paths[1].write_text(f"# {title}, measured {record['measured']}\n\n{text}\n")
         print(f"saved {paths[1]}")
@@ -554,8 +553,9 @@ def results_path(target: tvm.target.Target, suffix: str, root: Path = RESULTS_RO
     return root / f"{kind}-{slug(mcpu)}-{target.attrs.get('num-cores')}cores.{suffix}"
 
 
-def _results_path(target: tvm.target.Target, suffix: str, kind: str) -> Path:
-    """``results_path``, named ``...-on-<this cpu>`` for a CPU class imitated on this one."""
+def results_path_here(target: tvm.target.Target, suffix: str, kind: str) -> Path:
+    """``results_path`` for a result measured on this CPU: named ``...-on-<this cpu>`` when ``target`` is
+    a CPU class imitated on this one (its instructions, this CPU's cores, caches and clock)."""
     path = results_path(target, suffix, kind=kind)
     return path.with_name(f"{path.stem}-on-{machine.cpu_name()}{path.suffix}") if _imitated(target) else path
 
@@ -567,9 +567,7 @@ def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str
     by layer (``helpers.layer_compare``): the profile that says where a model's gap to each peer is.
     Prints where tuned TVM loses most and (``save``) keeps every table in results/layers-<model>-<cpu>-<cores>cores.json."""
     target = _target_for(mcpu)
-    model = models.load_model(model_name)
-    x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
+    model, x, imported = _load(model_name, batch)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     compiled = database.compile(imported, target)
     check_parity(compiled, model, x)
@@ -583,7 +581,7 @@ def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str
               "where tuned TVM loses most:")
         print(layer_compare.where_time_is_lost(frame, 8).round(3).to_string(index=False))
     if save:
-        path = _results_path(target, "json", f"layers-{model_name}")
+        path = results_path_here(target, "json", f"layers-{model_name}")
         save_record(path, machine=machine.describe().as_dict(), target=str(target), imitated=_imitated(target),
                     model=model_name, batch=batch, database=database.label(),
                     **{f"layers against {engine}": frame.round(3).to_dict(orient="records") for engine, frame in tables.items()})

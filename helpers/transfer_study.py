@@ -38,7 +38,7 @@ import tvm
 from tvm.target import codegen
 
 from . import databases, machine, models, timing, tuning
-from .benchmark import EAGER, REPO, RESULTS_ROOT, results_path, save_record
+from .benchmark import EAGER, REPO, RESULTS_ROOT, results_path_here, save_record
 from .build import check_parity, compile_model
 
 STUDY_ROOT = REPO / "build" / "transfer-study"
@@ -149,10 +149,8 @@ def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16)
         t = by_label[label]
         rows.append({"arm": label, **arm, "median_ms": t.median_ms, "iqr_ms": t.iqr_ms,
                      "speedup_vs_eager": round(eager.median_ms / t.median_ms, 3)})
-    path = results_path(target, "json", kind=f"transfer-{model_name}")
+    path = results_path_here(target, "json", kind=f"transfer-{model_name}")
     emulated = target.attrs["mcpu"] != host
-    if emulated:
-        path = path.with_name(f"{path.stem}-on-{host}{path.suffix}")
     record = save_record(
         path,
         model=model_name,
