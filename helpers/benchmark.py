@@ -34,7 +34,7 @@ import torch
 import tvm
 
 from . import databases, dispatch, kernels, layer_compare, machine, models, nchwc, peers, timing, tuning
-from .build import CompiledModel, ImportedModel, check_parity, compile_model
+from .build import CompiledModel, check_parity, compile_model
 from .peers import COMPILED, EAGER, FROZEN, ORT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -142,7 +142,7 @@ def tune_in_stages(
     work_dir = work_dir or tuning_dir(model_name, target, batch)
     if layout is None:
         layout = tuning.tuned_layout(seed_from) if seed_from is not None else nchwc.PLAIN
-    model, x, imported = _load(model_name, batch)
+    model, x, imported = models.load_imported(model_name, batch)
     curve_path = work_dir / CURVE_FILE
     curve = read_curve(work_dir) if curve_path.is_file() else {
         "model": model_name,
@@ -208,7 +208,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     (default: this CPU's) may be an imitated CPU class (``transfer_study.emulated_target``).
     """
     target = target or machine.cpu_target()
-    model, x, imported = _load(model_name, batch)
+    model, x, imported = models.load_imported(model_name, batch)
     found = peers.peers(model, x, with_onnx_runtime=not _imitated(target))
     runners = dict(found.runners)
     untuned = compile_model(imported, target)
@@ -234,13 +234,6 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     if TUNED in runners:
         row.update(_dispatch_run_in_its_own_process(model_name, batch, repeats, target))
     return row
-
-
-def _load(model_name: str, batch: int) -> tuple[torch.nn.Module, torch.Tensor, ImportedModel]:
-    """A course model, its example input of ``batch`` images, and its import into Relax."""
-    model = models.load_model(model_name)
-    x = models.example_input(batch)
-    return model, x, models.import_to_relax(model, x)
 
 
 def _imitated(target: tvm.target.Target) -> bool:
@@ -280,7 +273,7 @@ def compare_databases(model_name: str, paths: Sequence[Path], batch: int = 1, re
                       mcpu: str | None = None) -> list[timing.Timing]:
     """``time_databases`` for a course model on this CPU, or on a CPU class it imitates (``mcpu``)."""
     target = _target_for(mcpu)
-    model, x, imported = _load(model_name, batch)
+    model, x, imported = models.load_imported(model_name, batch)
     return time_databases(model, x, imported, paths, target, repeats, imitated=_imitated(target))
 
 
@@ -297,7 +290,7 @@ def dispatch_run(model_name: str, batch: int = 1, repeats: int = 20, mcpu: str |
     class, as in the main table's peers (its Inductor cache would be the host's).
     """
     target = _target_for(mcpu)
-    model, x, imported = _load(model_name, batch)
+    model, x, imported = models.load_imported(model_name, batch)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     dispatched = dispatch.compile_dispatched(imported, target, database=database, prepack=True)
     check_parity(dispatched, model, x)
@@ -567,7 +560,7 @@ def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str
     by layer (``helpers.layer_compare``): the profile that says where a model's gap to each peer is.
     Prints where tuned TVM loses most and (``save``) keeps every table in results/layers-<model>-<cpu>-<cores>cores.json."""
     target = _target_for(mcpu)
-    model, x, imported = _load(model_name, batch)
+    model, x, imported = models.load_imported(model_name, batch)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     compiled = database.compile(imported, target)
     check_parity(compiled, model, x)

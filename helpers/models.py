@@ -249,6 +249,14 @@ def import_to_relax(model: torch.nn.Module, example: torch.Tensor) -> ImportedMo
     return ImportedModel(mod=mod, params=params, input_shape=shape, input_dtype=dtype)
 
 
+def load_imported(name: str, batch: int = 1) -> tuple[torch.nn.Module, torch.Tensor, ImportedModel]:
+    """A course model by name, its example input of ``batch`` images, and its import into Relax:
+    what every comparison of TVM with PyTorch starts from."""
+    model = load_model(name)
+    x = example_input(batch)
+    return model, x, import_to_relax(model, x)
+
+
 def _save_import(model: torch.nn.Module, example: torch.Tensor, folder: Path) -> None:
     mod, params = to_relax(export(model, example))
     (folder / "module.json").write_text(tvm.ir.save_json(mod))

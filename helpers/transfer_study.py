@@ -105,9 +105,7 @@ def run_study(model_name: str, top_up: int = 8, scratch: Sequence[int] = (8, 16)
     """
     host = machine.cpu_name()
     target = target or machine.cpu_target()
-    model = models.load_model(model_name)
-    x = models.example_input(1)
-    imported = models.import_to_relax(model, x)
+    model, x, imported = models.load_imported(model_name)
     foreign = [d for d in databases.candidates(model_name, target) if d.transferred]
     if not foreign:
         raise tuning.TuningDatabaseError(

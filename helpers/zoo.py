@@ -148,9 +148,7 @@ def run_model(name: str, batch: int = 1, repeats: int | None = None, budget: flo
     Nothing is tuned here: a model with no database at all is an error.
     """
     target = machine.cpu_target()
-    model = models.load_model(name)
-    x = models.example_input(batch)
-    imported = models.import_to_relax(model, x)
+    model, x, imported = models.load_imported(name, batch)
     mix = operator_mix(imported.mod)
     database = databases.choose(name, imported, target, batch, tune_if_missing=False, budget=budget)
     compiled = database.compile(imported, target)
