@@ -40,9 +40,12 @@ def _with_source(nb, grade_id, source):
 def submissions(solution, blank) -> dict[str, tuple[object, dict[str, float]]]:
     """student -> (notebook, expected points per test cell)."""
     right_ex1 = _cell(solution, "float32_lanes").source
-    # The untouched solution (full marks) and blank release (zero) are graded for every day by the
-    # grading gate (tests/test_course_notebooks.py); here are the submissions in between.
+    # The untouched solution earns full marks for every day in the grading gate
+    # (tests/test_course_notebooks.py), which also proves each test fails on its exercise's blank;
+    # here the whole blank release is graded as a class hands it in, with the submissions in between.
     return {
+        # the release as handed out, submitted untouched: nothing
+        "blank": (blank, {EX1: 0, EX2: 0}),
         # first exercise solved, second left as released: exactly the first exercise's points
         "partial": (_with_source(blank, "float32_lanes", right_ex1), {EX1: 2, EX2: 0}),
         # an infinite loop in the second exercise: interrupted, the run finishes, only its points lost

@@ -1,10 +1,12 @@
-"""The grading gate: student notebooks are generated from solutions/, and autograding
-on a real gradebook gives the solution full marks and the blank release zero.
+"""The grading gate: student notebooks are generated from solutions/; autograding on a real
+gradebook gives each solution full marks; and every graded test cell fails on the student version
+of its exercise, proved in the solution's own run (tests/blank_probe.py).
 
-The autograde of the solution is also the suite's one execution of each source notebook:
-nbval's checks (every cell runs without error, tagged cells reproduce their stored outputs)
-are applied to what autograde executed (tests/stored_outputs.py), instead of executing every
-source a third time under nbval."""
+The autograde of the solution is the suite's one execution of each source notebook: nbval's
+checks (every cell runs without error, tagged cells reproduce their stored outputs) are applied to
+what autograde executed (tests/stored_outputs.py), and the site publishes it. Whole blank
+releases are autograded where the whole notebook is what is tested: tests/test_classroom.py and
+tests/test_hub.py."""
 
 import json
 import shutil
@@ -16,6 +18,7 @@ import pytest
 from helpers import config, timing
 from helpers.instructor import grading, notebooks, site
 
+import blank_probe
 import stored_outputs
 
 REPO = grading.REPO
@@ -76,11 +79,40 @@ def regenerated(tmp_path_factory):
     return Path(shutil.copytree(generated, tmp_path_factory.mktemp("course"), dirs_exist_ok=True))
 
 
+def out_of_sync(committed: Path, fresh: Path) -> str | None:
+    """Why a committed student notebook is not what its source generates (None when it is)."""
+    if _cells(committed) == _cells(fresh):
+        return None
+    return (f"{committed.relative_to(committed.parents[2])} is not what solutions/ generate. A learner: do the exercises "
+            "in your own copies (work/, opened by `make lab`) and restore this file with `git checkout -- notebooks/`. "
+            "A maintainer who changed a source: run `make student`.")
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_student_notebooks_are_exactly_what_the_sources_generate(regenerated, assignment):
     fresh = regenerated / grading.RELEASE / assignment / f"{assignment}.ipynb"
     committed = REPO / grading.RELEASE / assignment / f"{assignment}.ipynb"
-    assert _cells(committed) == _cells(fresh), f"{committed} is stale or edited by hand: run `make student`"
+    problem = out_of_sync(committed, fresh)
+    assert problem is None, problem
+
+
+def test_the_sync_check_catches_an_edited_or_executed_student_notebook(tmp_path):
+    day = "day00_environment"
+    committed = REPO / grading.RELEASE / day / f"{day}.ipynb"
+    for change in ("an answer typed in", "outputs of a run"):
+        nb = nbformat.read(committed, as_version=4)
+        cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+        if change == "an answer typed in":
+            cell.source = cell.source.replace("raise NotImplementedError()", "return 16")
+        else:
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="16\n")]
+            cell.execution_count = 3
+        edited = tmp_path / change / grading.RELEASE / day / f"{day}.ipynb"
+        edited.parent.mkdir(parents=True)
+        nbformat.write(nb, edited)
+        assert out_of_sync(edited, committed) is not None, f"{change} went unnoticed"
+        assert "work/" in out_of_sync(edited, committed), "the message must send a learner to their own copies"
+    assert out_of_sync(committed, committed) is None
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
@@ -95,55 +127,42 @@ def test_sources_use_the_course_kernel_and_have_graded_exercises(assignment):
             assert "### BEGIN SOLUTION" in cell.source, f"{meta['grade_id']}: a solution cell without a solution block"
 
 
-def _submit_blank(course: Path, assignment: str) -> None:
-    grading.submit(course, assignment, "blank", course / grading.RELEASE / assignment / f"{assignment}.ipynb")
-
-
-def _assert_blank_scores_zero(course: Path, assignment: str) -> None:
-    blank = grading.scores(assignment, course)["blank"]
-    # manually graded cells (written answers) are not autograded: the blank release must get no automatic points
-    assert blank.max_score > 0
-    assert blank.score == 0, f"the blank release scored {blank.score}: " + _failures(course, assignment, "blank")
-
-
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_autograde_gives_solution_full_marks_and_blank_zero(regenerated, assignment, monkeypatch, request):
+def test_autograde_gives_solution_full_marks_and_every_test_fails_on_the_blank(regenerated, assignment, monkeypatch):
     course = regenerated
-    # A day that grades measured speed is graded in phase two, alone on the machine; its blank release
-    # fails before it measures anything, so it is graded in phase one (the test below), beside the rest.
-    with_blank = request.node.get_closest_marker("timed") is None
     if assignment in LOADED_IN_CELL:
         monkeypatch.setenv(config.GRADING_LOAD_ENV, "1")
-    grading.submit(course, assignment, "solution", course / grading.SOURCE / assignment / f"{assignment}.ipynb")
-    if with_blank:
-        _submit_blank(course, assignment)
+    source = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
+    student = nbformat.read(REPO / grading.RELEASE / assignment / f"{assignment}.ipynb", as_version=4)
+    submission = course / "incoming" / f"{assignment}.ipynb"
+    submission.parent.mkdir(exist_ok=True)
+    nbformat.write(blank_probe.with_probes(source, student), submission)
+    grading.submit(course, assignment, "solution", submission)
     with timing.busy_cores(1 if assignment in TIMED else 0):
-        grading.autograde(assignment, course, student=None if with_blank else "solution")
+        grading.autograde(assignment, course, student="solution")
     sol = grading.scores(assignment, course)["solution"]
     assert sol.max_score > 0
     assert sol.score == sol.max_score, f"the solution scored {sol.score}/{sol.max_score}: " + _failures(course, assignment, "solution")
-    if with_blank:
-        _assert_blank_scores_zero(course, assignment)
-    graded = nbformat.read(course / "autograded" / "solution" / assignment / f"{assignment}.ipynb", as_version=4)
+    executed = nbformat.read(course / "autograded" / "solution" / assignment / f"{assignment}.ipynb", as_version=4)
+    assert not blank_probe.probes_that_broke(executed), blank_probe.probes_that_broke(executed)
+    tests = [c for c in source.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
+    assert blank_probe.probed_test_count(executed) == len(tests), "every graded test cell must be replayed on the blank"
+    passing = blank_probe.tests_passing_on_the_blank(executed)
+    assert not passing, "\n".join(passing)
+    graded = blank_probe.without_probes(executed)
     noisy = [c.metadata["nbgrader"]["grade_id"] for c in graded.cells
              if c.metadata.get("nbgrader", {}).get("grade") and any(o.get("name") == "stderr" for o in c.get("outputs", []))]
     assert not noisy, f"passing test cells wrote to stderr (nbgrader scores that as a failure): {noisy}"
     # nbval's checks, on the solution autograde has just executed
     raised = stored_outputs.errors(graded)
     assert not raised, f"cells of the solution raised: {raised}"
-    source = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
     checked, differ = stored_outputs.differences(graded, source)
     assert not differ, "\n".join(differ)
     assert checked == sum(map(notebooks.is_checked, source.cells)) > 0
     # the site (tests/test_site.py, `make site --quick`) publishes this run instead of executing the day again
-    site.store_executed(assignment, course / "autograded" / "solution" / assignment / f"{assignment}.ipynb", config.quick())
-
-
-@pytest.mark.parametrize("assignment", sorted(TIMED | LOADED_IN_CELL))
-def test_autograde_gives_the_blank_release_of_a_speed_graded_day_zero(regenerated, assignment):
-    _submit_blank(regenerated, assignment)
-    grading.autograde(assignment, regenerated, student="blank")
-    _assert_blank_scores_zero(regenerated, assignment)
+    clean = course / "incoming" / f"{assignment}.executed.ipynb"
+    nbformat.write(graded, clean)
+    site.store_executed(assignment, clean, config.quick())
 
 
 def _failures(course: Path, assignment: str, student: str) -> str:
