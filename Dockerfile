@@ -19,4 +19,5 @@ RUN pip install --no-cache-dir pip==26.3 \
 
 COPY . .
 EXPOSE 8888
-CMD ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", "--allow-root", "--ServerApp.root_dir=notebooks"]
+# The learner's own copies go to work/ (mount a volume there to keep them), as `make lab` does.
+CMD ["sh", "-c", "python -m helpers.instructor.selfstudy fill --into work && exec jupyter lab --ip=0.0.0.0 --no-browser --allow-root --ServerApp.root_dir=work"]

@@ -13,7 +13,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser proxy hub lab test site benchmark capstone databases student outputs submit autograde feedback grades clean-env
+.PHONY: env browser proxy hub lab check test site benchmark capstone databases student handout readme outputs submit autograde feedback grades clean-env
 
 env: $(READY) $(LAB_SETTINGS)
 
@@ -38,10 +38,20 @@ browser:
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-LAB_ROOT ?= notebooks
+need = $(if $(strip $($(1))),,$(error make $@ needs $(1)=...: make $@ $(2)))
+
+# Your own copies of the notebooks: work/ (git ignores it), filled from notebooks/ with what it lacks,
+# never overwritten, so that doing the exercises changes no file of the course.
+LAB_ROOT ?= work
 
 lab: env
+	$(BIN)/python -m helpers.instructor.selfstudy fill --into $(LAB_ROOT)
 	$(BIN)/jupyter lab --ServerApp.root_dir=$(LAB_ROOT) $(AS_ROOT) $(LAB_ARGS)
+
+# Grade your copy of a day (work/dayNN_*/) with the visible and hidden tests: make check DAY=3
+check: env
+	$(call need,DAY,DAY=3)
+	$(BIN)/python -m helpers.instructor.selfstudy check $(DAY) --work $(LAB_ROOT)
 
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
 # Two phases (tests/run_suite.py): what times nothing on two workers, then the timed tests alone.
@@ -73,6 +83,14 @@ databases: env
 student: env
 	$(BIN)/python -m helpers.instructor.grading generate
 
+# The course without solutions/ and tests/, for a class: build/handout/tvm-course-handout.tar.gz
+handout: env
+	$(BIN)/python -m helpers.instructor.handout
+
+# The README's and docs/instructors.md's generated parts (the answer from results/, the days, their times, the exercises)
+readme: env
+	$(BIN)/python -m helpers.instructor.readme
+
 # Re-execute a changed source notebook and store the outputs nbval checks: make outputs NB=solutions/day01_import/day01_import.ipynb
 outputs: env
 	$(BIN)/python -m helpers.instructor.notebooks $(NB)
@@ -80,7 +98,6 @@ outputs: env
 # The instructor's workflow on the repo's own gradebook (see README, "For instructors"). Each works
 # on a fresh clone (autograde records the day in the gradebook if `make student` never ran) or
 # says in one line what to run first.
-need = $(if $(strip $($(1))),,$(error make $@ needs $(1)=...: make $@ $(2)))
 submit: env
 	$(call need,DAY,DAY=day01_import STUDENT=ada NB=path/to/ada.ipynb)$(call need,STUDENT,DAY=$(DAY) STUDENT=ada NB=path/to/ada.ipynb)$(call need,NB,DAY=$(DAY) STUDENT=$(STUDENT) NB=path/to/notebook.ipynb)
 	$(BIN)/python -m helpers.instructor.grading submit $(DAY) $(STUDENT) $(NB)

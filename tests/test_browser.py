@@ -29,11 +29,10 @@ playwright = pytest.importorskip("playwright.sync_api")
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """JupyterLab serving a scratch copy of the student notebooks, with the course kernel."""
-    root = tmp_path_factory.mktemp("lab")
-    shutil.copytree(REPO / "notebooks" / DAY, root / DAY)
+    """JupyterLab serving a scratch work folder that `make lab` fills with the student notebooks."""
+    root = tmp_path_factory.mktemp("lab") / "work"
     port = free_port()
-    # Started the way a learner starts it: the README's `make lab` (scratch root, headless options).
+    # Started the way a learner starts it: the README's `make lab` (a scratch work folder, headless options).
     lab_args = f"--no-browser --port={port} --ServerApp.token={TOKEN} --ServerApp.ip=127.0.0.1"
     proc = subprocess.Popen(
         ["make", "-s", "lab", f"LAB_ROOT={root}", f"LAB_ARGS={lab_args}"], cwd=REPO,
