@@ -89,7 +89,7 @@ def test_every_install_path_sets_jupyterlabs_course_defaults():
     """`make env`, the Dockerfile and the conda instructions all install helpers.instructor.labsettings."""
     text = (REPO / "Makefile").read_text()
     assert "env: $(READY) $(LAB_SETTINGS)" in text and "-m helpers.instructor.labsettings" in text
-    for name in ("Dockerfile", "environment.yml", "README.md"):
+    for name in ("Dockerfile", "environment.yml", "docs/install.md"):
         assert "python -m helpers.instructor.labsettings" in (REPO / name).read_text(), f"{name} does not install the JupyterLab settings"
 
 

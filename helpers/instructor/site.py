@@ -44,6 +44,7 @@ MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN T
 _REGION = re.compile(r"### BEGIN (SOLUTION|HIDDEN TESTS)\n(.*?)### END \1", re.S)
 _TAG = re.compile(r"<[^>]+>")
 WIDGET = "application/vnd.jupyter.widget-view+json"
+GLOSSARY = "GLOSSARY.md"
 
 CONF = '''# Written by helpers/instructor/site.py: edit that file, not this one.
 project = "TVM from PyTorch to a tuned module: a course"
@@ -137,13 +138,16 @@ def _without_widget(output: dict) -> dict | None:
 
 
 def _course_map() -> str:
-    """The README, from its first heading, as the site's front page (links to days become page links)."""
+    """The README, from its first heading, as the site's front page (links to days become page links);
+    the glossary, the results and the documents for instructors and maintainers are pages of their own."""
     text = (REPO / "README.md").read_text()
     text = re.sub(r"\((?:\./)?(?:notebooks|solutions)/(day\d\d_\w+)/\1\.ipynb\)", r"(days/\1.ipynb)", text)
     text = re.sub(r"\((?:\./)?solutions/day\d\d_\w+/([\w.-]+\.svg)\)", r"(days/\1)", text)  # figures sit beside their day
-    text = text.replace("](results/)", "](results/README.md)")
+    text = text.replace("](results/)", "](results/README.md)").replace(f"]({RELEASE}/{GLOSSARY})", f"]({GLOSSARY})")
     return text + "\n\n```{toctree}\n:hidden:\n:caption: Days\n:glob:\n\ndays/*\n```\n\n" \
-        "```{toctree}\n:hidden:\n:caption: Results\n:glob:\n\nresults/README\nresults/*\n```\n"
+        f"```{{toctree}}\n:hidden:\n:caption: Reference\n\n{GLOSSARY[:-3]}\n```\n\n" \
+        "```{toctree}\n:hidden:\n:caption: Results\n:glob:\n\nresults/README\nresults/*\n```\n\n" \
+        "```{toctree}\n:hidden:\n:caption: For instructors and maintainers\n:glob:\n\ndocs/*\n```\n"
 
 
 def write_sources(dest: Path, quick: bool, run: bool = True, log=print) -> dict[str, str]:
@@ -172,7 +176,9 @@ def write_sources(dest: Path, quick: bool, run: bool = True, log=print) -> dict[
         for image in (REPO / SOURCE / day).iterdir():
             if image.suffix in IMAGES:
                 shutil.copyfile(image, dest / "days" / image.name)
-    shutil.copytree(REPO / "results", dest / "results", ignore=shutil.ignore_patterns("*.json", "gpu"))
+    shutil.copytree(REPO / "results", dest / "results", ignore=shutil.ignore_patterns("*.json", "gpu", "reference"))
+    shutil.copyfile(REPO / RELEASE / GLOSSARY, dest / GLOSSARY)  # days link it as ../GLOSSARY.md
+    shutil.copytree(REPO / "docs", dest / "docs")
     for page in (dest / "results").glob("*-*.md"):  # "Benchmark, measured ..." names no machine: the file does
         title, _, rest = page.read_text().partition("\n")
         page.write_text(f"{title} ({page.stem})\n{rest}")

@@ -1,0 +1,57 @@
+"""`make handout`: the course as a class gets it, without the solutions and the hidden tests.
+
+A clone of the repository holds ``solutions/`` (every answer and hidden test) and ``tests/`` (which
+read them). The handout is every file git keeps, less those two folders and the CI script, packed
+as ``build/handout/tvm-course-handout.tar.gz``; it is refused if any of its files holds a line of
+a solution or hidden test (the website's check, ``site.leaks``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from .grading import REPO, SOURCE
+from .site import leaks
+
+LEFT_OUT = (f"{SOURCE}/", "tests/", ".ci/")
+NAME = "tvm-course-handout"
+
+
+def files(course: Path = REPO) -> list[str]:
+    """What the handout holds: the files git keeps (tracked, or new and not ignored), less ``LEFT_OUT``."""
+    out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=course,
+                         capture_output=True, text=True, check=True).stdout
+    return sorted(name for name in out.splitlines()
+                  if not name.startswith(LEFT_OUT) and (course / name).is_file())
+
+
+def build(course: Path = REPO, out: Path | None = None) -> Path:
+    """Write the handout's archive and return its path; nothing is written if a file would leak."""
+    out = Path(out) if out is not None else course / "build" / "handout" / f"{NAME}.tar.gz"
+    names = files(course)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / NAME
+        for name in names:
+            (staged / name).parent.mkdir(parents=True, exist_ok=True)
+            (staged / name).write_bytes((course / name).read_bytes())
+        found = leaks(staged)
+        if found:
+            raise RuntimeError("The handout would give away solutions or hidden tests:\n" + "\n".join(found[:20]))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(out, "w:gz") as archive:
+            archive.add(staged, arcname=NAME)
+    return out
+
+
+def main() -> int:
+    path = build()
+    print(f"{path}: {len(files())} files, without {', '.join(LEFT_OUT)}; no solution or hidden test in any file")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

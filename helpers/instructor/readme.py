@@ -1,0 +1,150 @@
+"""The README's generated parts: the answer to the title, from results/, and the days with their time
+(and, in docs/instructors.md, what each day grades).
+
+A learner reads the answer before installing anything, so it must be what the machines measured,
+never a number typed in: ``python -m helpers.instructor.readme`` rewrites the blocks between
+``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` from ``results/`` and from each day's opening,
+and a test fails when the README differs from what this module makes of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from .grading import REPO, RELEASE, SOURCE, assignments
+
+# The benchmark tables the README answers from: the newest run of each CPU kind on the current databases.
+ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver4-2cores.json")
+CPU_NAMES = {"znver3": "AMD Zen 3", "znver4": "AMD Zen 4", "znver5": "AMD Zen 5",
+             "rocketlake": "Intel Xeon", "emeraldrapids": "Intel Xeon (5th generation)"}
+MODELS = {"mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50", "efficientnet_b0": "EfficientNet-B0"}
+# A block on lines of its own (a table), or inside a line (a phrase): the markers stay where they are.
+BLOCK = re.compile(r"(<!-- (\w+):begin -->\n?).*?(\n?<!-- \2:end -->)", re.S)
+
+
+def machine_name(machine: dict) -> str:
+    """A reference machine as a learner reads it: 'AMD Zen 4 (`znver4`, 2 cores)'."""
+    cpu = machine["cpu"]
+    return f"{CPU_NAMES.get(cpu, cpu)} (`{cpu}`, {machine['cores']} cores)"
+
+
+def answer(results: Path = REPO / "results") -> str:
+    """Tuned TVM against the fastest PyTorch and ONNX Runtime, per model and machine, from the benchmark tables."""
+    from .. import benchmark, timing
+
+    tables = [json.loads((results / name).read_text()) for name in ANSWER_FROM]
+    header = "| model | " + " | ".join(machine_name(t["machine"]) for t in tables) + " |"
+    lines = [header, "| --- |" + " ---: |" * len(tables)]
+    against_pytorch, against_ort = [], []
+    for model, shown in MODELS.items():
+        cells = []
+        for table in tables:
+            row = next(r for r in table["rows"] if r["model"] == model)
+            r = benchmark.ratios(row)
+            noisy = any(timing.unreliable(row[label]) for label in (benchmark.TUNED, r["fastest_pytorch"], "ONNX Runtime"))
+            ort = row["ONNX Runtime"]["median_ms"] / row[benchmark.TUNED]["median_ms"]
+            against_pytorch.append(r["tuned_vs_fastest_pytorch"])
+            against_ort.append(ort)
+            cells.append(f"{'≈ ' if noisy else ''}**{r['tuned_vs_fastest_pytorch']:.2f}x** / {ort:.2f}x")
+        lines.append(f"| {shown} | " + " | ".join(cells) + " |")
+    low, high = min(against_pytorch), max(against_pytorch)
+    verdict = "faster than" if low > 1 else "not always faster than"
+    lines += ["", f"Tuned TVM is {verdict} the fastest PyTorch (`torch.compile` with freezing) on every model here, "
+              f"{low:.2f}x to {high:.2f}x, and {min(against_ort):.2f}x to {max(against_ort):.2f}x the speed of "
+              "ONNX Runtime: speedup over the fastest PyTorch in bold, then over ONNX Runtime; above 1 is faster. "
+              "Batch 1, float32, medians of interleaved runs (≈: a timing too noisy to trust); the whole tables, "
+              "with every engine, are in [results/](results/README.md)."]
+    return "\n".join(lines)
+
+
+def opening(day: str, course: Path = REPO) -> tuple[str, str]:
+    """A day's title and its time, from the first cell of its student notebook."""
+    first = nbformat.read(course / RELEASE / day / f"{day}.ipynb", as_version=4).cells[0].source
+    title = re.match(r"# Day \d+ — (.+)", first)
+    time = re.search(r"^\*\*Time:\*\* about (.+?)(?:[,.;(]|$)", first, re.M)
+    return (title.group(1).strip() if title else day), (time.group(1).strip() if time else "?")
+
+
+def stated_hours(first_cell_source: str) -> float | None:
+    """The hours a day's opening says it takes ('**Time:** about 2 hours', 'about 45 minutes')."""
+    match = re.search(r"^\*\*Time:\*\* about (\d+(?:\.\d+)?|one|half an) (hours?|minutes)", first_cell_source, re.M)
+    if not match:
+        return None
+    amount = {"one": 1.0, "half an": 0.5}.get(match.group(1)) or float(match.group(1))
+    return amount / 60 if match.group(2) == "minutes" else amount
+
+
+def _duration(hours: float) -> str:
+    return f"{hours * 60:.0f} minutes" if hours < 1 else f"{hours:g} hour{'s' if hours != 1 else ''}"
+
+
+def total(course: Path = REPO) -> str:
+    """The course's time in all, and the shortest and longest day, from the days' openings."""
+    hours = [stated_hours(nbformat.read(course / RELEASE / d / f"{d}.ipynb", as_version=4).cells[0].source)
+             for d in assignments(course)]
+    known = [h for h in hours if h is not None]
+    if len(known) != len(hours):
+        return "(a day's opening does not say its time)"
+    return (f"about {round(sum(known)):.0f} hours in all, over {len(known)} days of {_duration(min(known))} "
+            f"to {_duration(max(known))} each")
+
+
+def days(course: Path = REPO) -> str:
+    """The days, one line each with their time, linked to the learner's notebooks."""
+    lines = ["| day | what you do | time |", "| ---: | --- | --- |"]
+    for day in assignments(course):
+        title, time = opening(day, course)
+        lines.append(f"| {int(day[3:5])} | [{title}]({RELEASE}/{day}/{day}.ipynb) | {time} |")
+    return "\n".join(lines)
+
+
+def exercise_table(course: Path = REPO) -> str:
+    """Each day's exercises with their points, from the sources' exercise headings."""
+    from . import exercises
+
+    lines = ["| day | exercises (points) |", "| ---: | --- |"]
+    for day in assignments(course):
+        found = exercises.read(nbformat.read(course / SOURCE / day / f"{day}.ipynb", as_version=4))
+        listed = "; ".join(f"{ex.title} ({ex.points}{', written, graded by you' if ex.manual else ''})" for ex in found)
+        lines.append(f"| {int(day[3:5])} | {listed} |")
+    return "\n".join(lines)
+
+
+# Each generated file, and the blocks it holds.
+FILES = {"README.md": {"answer": answer, "days": days, "total": total},
+         "docs/instructors.md": {"exercises": exercise_table}}
+
+
+def generated(name: str) -> str:
+    """The file ``name`` (a key of ``FILES``) as it must read: its blocks made anew."""
+    return render((REPO / name).read_text(), {block: make() for block, make in FILES[name].items()})
+
+
+def render(text: str, made: dict[str, str]) -> str:
+    """``text`` with each generated block replaced by what was made for it."""
+    def fill(match: re.Match) -> str:
+        name = match.group(2)
+        if name not in made:
+            raise KeyError(f"the README has a block {name!r} this module does not make")
+        begin, end = match.group(1), match.group(3).lstrip("\n")
+        return f"{begin}{made[name]}\n{end}" if begin.endswith("\n") else f"{begin}{made[name]}{end}"
+
+    return BLOCK.sub(fill, text)
+
+
+def main() -> int:
+    for name in FILES:
+        path = REPO / name
+        text, new = path.read_text(), generated(name)
+        path.write_text(new)
+        print(f"{name}: generated blocks " + ("rewritten" if new != text else "already up to date"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The learner's README: short, with the two commands, and its numbers made from results/ and the days,
+never typed; the instructor's handout gives no answer away; reference values print beside a learner's."""
+
+import json
+import re
+import tarfile
+
+import pytest
+
+from helpers import reference
+from helpers.instructor import grading, handout, readme
+
+REPO = grading.REPO
+
+
+def test_the_readme_is_a_learners_and_short():
+    text = (REPO / "README.md").read_text()
+    prose = re.sub(r"<!-- (\w+):begin -->.*?<!-- \1:end -->", "", text, flags=re.S)
+    words = len(re.sub(r"```.*?```", "", prose, flags=re.S).split())
+    assert words < 800, f"the README's prose has {words} words: a learner reads it in two minutes (under 800)"
+    for command in ("make lab", "make test", "make check DAY="):
+        assert command in text, f"the README must show `{command}`"
+    for doc in ("docs/instructors.md", "docs/hub.md", "docs/maintainers.md", "docs/install.md", "notebooks/GLOSSARY.md"):
+        assert f"({doc})" in text and (REPO / doc).is_file(), f"the README must link {doc}, and it must exist"
+
+
+@pytest.mark.parametrize("name", sorted(readme.FILES))
+def test_generated_parts_are_what_results_and_the_days_say(name):
+    assert (REPO / name).read_text() == readme.generated(name), f"{name} is out of date: run `make readme`"
+
+
+def test_the_answer_names_its_machines_and_marks_noise(tmp_path):
+    table = readme.answer()
+    for source in readme.ANSWER_FROM:
+        cpu = json.loads((REPO / "results" / source).read_text())["machine"]["cpu"]
+        assert f"`{cpu}`" in table, f"the answer must name the machine of {source}"
+    results = tmp_path / "results"
+    results.mkdir()
+    for source in readme.ANSWER_FROM:
+        record = json.loads((REPO / "results" / source).read_text())
+        row = record["rows"][0]
+        row["TVM tuned"]["median_ms"] = row["torch.compile (freezing)"]["median_ms"] * 2  # TVM twice as slow
+        row["TVM tuned"]["iqr_ms"] = row["TVM tuned"]["median_ms"]                        # and all noise
+        (results / source).write_text(json.dumps(record))
+    changed = readme.answer(results)
+    assert "**0.50x**" in changed and "≈" in changed and "not always faster" in changed
+
+
+def test_render_replaces_blocks_inline_and_on_their_own_lines():
+    text = "a <!-- x:begin -->old<!-- x:end --> b\n<!-- y:begin -->\n| old |\n<!-- y:end -->\n"
+    assert readme.render(text, {"x": "new", "y": "| new |"}) == \
+        "a <!-- x:begin -->new<!-- x:end --> b\n<!-- y:begin -->\n| new |\n<!-- y:end -->\n"
+    with pytest.raises(KeyError):
+        readme.render(text, {"x": "new"})
+
+
+def test_the_handout_holds_no_solution_and_no_hidden_test(tmp_path):
+    path = handout.build(out=tmp_path / "handout.tar.gz")
+    with tarfile.open(path) as archive:
+        names = archive.getnames()
+        archive.extractall(tmp_path / "out", filter="data")
+    root = f"{handout.NAME}/"
+    assert f"{root}notebooks/day00_environment/day00_environment.ipynb" in names
+    assert f"{root}helpers/instructor/selfstudy.py" in names and f"{root}Makefile" in names
+    assert not any(n.startswith((f"{root}solutions", f"{root}tests")) for n in names)
+    assert handout.leaks(tmp_path / "out") == []
+
+
+def test_reference_values_print_beside_the_learners(tmp_path, monkeypatch):
+    monkeypatch.delenv("TVM_COURSE_QUICK", raising=False)
+    (tmp_path / "znver4-2cores.json").write_text(json.dumps({
+        "machine": "AMD Zen 4 (znver4, 2 cores)", "cpu": "znver4",
+        "values": {"day04.tvm_vs_eager": {"value": 3.08, "unit": "x"}}}))
+    line = reference.line("day04.tvm_vs_eager", 2.5, "x", root=tmp_path)
+    assert line == "tvm vs eager: 2.50x here; reference, at full size: 3.08x on AMD Zen 4 (znver4, 2 cores)"
+    assert "no reference machine" in reference.line("day04.unknown", 1.0, "ms", root=tmp_path)
+    with pytest.raises(ValueError, match="dayNN|day04"):
+        reference.show("tvm_vs_eager", 1.0)
+
+
+def test_every_reference_key_a_day_shows_is_recorded_at_full_size():
+    shown = set()
+    for day in grading.assignments():
+        text = (REPO / grading.SOURCE / day / f"{day}.ipynb").read_text()
+        shown |= set(re.findall(r'reference\.show\(\\?"(day\d\d\.\w+)', text))
+    assert shown, "the days show no reference value"
+    recorded = {key for path in reference.REFERENCE_ROOT.glob("*.json") for key in json.loads(path.read_text())["values"]}
+    missing = sorted(shown - recorded)
+    assert not missing, f"no reference machine recorded {missing}: run every day at full size and harvest (docs/maintainers.md)"
