@@ -10,6 +10,8 @@ time it against other versions, interleaved, as ``helpers.timing`` does.
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -400,3 +402,230 @@ def pointwise_relax(shape: PointwiseShape) -> tvm.IRModule:
             out = bb.emit_output(relax.op.nn.conv2d(x, w))
         bb.emit_func_output(out)
     return bb.get()
+
+
+# ------------------------------------------------------------------ reading a kernel: its assembly and its schedule
+
+_FMA_MNEMONIC = re.compile(r"vf(?:n)?m(?:add|sub)\w*$")
+_ASM_LABEL = re.compile(r"^(\.L\w+):")
+_ASM_JUMP = re.compile(r"^\s+j\w+\s+(\.L\w+)\s*$")
+FMA_KINDS = ("scalar", "xmm", "ymm", "zmm")  # one value; 128-, 256- and 512-bit vector registers
+
+
+def _asm_lines(asm: str) -> list[str]:
+    return [text for text in (line.split("#", 1)[0].rstrip() for line in asm.splitlines()) if text.strip()]
+
+
+def _fma_kind(line: str) -> str | None:
+    """``scalar``, ``xmm``, ``ymm`` or ``zmm`` for an FMA instruction (by its destination register), else None."""
+    parts = line.split(None, 1)
+    if not parts or not _FMA_MNEMONIC.match(parts[0]):
+        return None
+    if parts[0].endswith(("ss", "sd", "sh")):
+        return "scalar"
+    registers = re.findall(r"%([xyz]mm)\d+", parts[1] if len(parts) > 1 else "")
+    return registers[-1] if registers else None
+
+
+def _is_vector_store(line: str) -> bool:
+    """A ``vmov...`` from an xmm, ymm or zmm register to memory (AT&T syntax: the destination is last);
+    scalar floats are stored from xmm registers too."""
+    parts = line.split(None, 1)
+    if len(parts) < 2 or not parts[0].startswith("vmov"):
+        return False
+    operands = [o.strip() for o in re.split(r",(?![^(]*\))", parts[1])]
+    return len(operands) == 2 and re.match(r"%[xyz]mm\d+$", operands[0]) is not None and "(" in operands[1]
+
+
+def _asm(lib_or_asm) -> str:
+    return lib_or_asm if isinstance(lib_or_asm, str) else lib_or_asm.inspect_source("asm")
+
+
+def fma_counts(lib_or_asm) -> dict[str, int]:
+    """FMA instructions in a compiled kernel's assembly, by kind: ``scalar`` (one value) and the vector
+    registers they work on, ``xmm`` (128 bits: 4 float32), ``ymm`` (256: 8) and ``zmm`` (512: 16).
+
+    LLVM may pick any width it likes for code it vectorizes on its own, so count every kind, not only
+    the widest. Counts are of instructions in the code, not of instructions executed.
+    """
+    counts = dict.fromkeys(FMA_KINDS, 0)
+    for line in _asm_lines(_asm(lib_or_asm)):
+        kind = _fma_kind(line)
+        if kind:
+            counts[kind] += 1
+    return counts
+
+
+@dataclass(frozen=True)
+class LoopStats:
+    """One loop of a kernel's assembly, as written (one pass through its body)."""
+
+    fmas: int  # FMA instructions
+    stores: int  # values written from a vector register (xmm, ymm, zmm) to memory
+    instructions: int
+
+    def summary(self) -> str:
+        return f"{self.fmas} FMAs and {self.stores} stores to memory in {self.instructions} instructions"
+
+
+def hot_loop(lib_or_asm) -> LoopStats:
+    """The innermost loop of a compiled kernel's assembly with the most FMA instructions: the kernel's hot loop.
+
+    Accumulators that live in registers are stored once, after the loop; accumulators that live in memory
+    are written back inside it, so ``stores`` close to ``fmas`` means the sums go through memory.
+    A loop is a label and the last backward jump to it; innermost: no other such loop inside it.
+    """
+    lines = _asm_lines(_asm(lib_or_asm))
+    labels: dict[str, int] = {}
+    loops = []
+    for j, line in enumerate(lines):
+        if (label := _ASM_LABEL.match(line)) is not None:
+            labels[label.group(1)] = j
+        elif (jump := _ASM_JUMP.match(line)) is not None and jump.group(1) in labels:
+            loops.append((labels[jump.group(1)], j))
+    innermost = [r for r in loops if not any(o != r and r[0] <= o[0] and o[1] <= r[1] for o in loops)]
+    best = LoopStats(0, 0, 0)
+    for start, end in innermost:
+        body = lines[start:end + 1]
+        stats = LoopStats(sum(_fma_kind(t) is not None for t in body), sum(map(_is_vector_store, body)),
+                          sum(_ASM_LABEL.match(t) is None for t in body))
+        if stats.fmas > best.fmas:
+            best = stats
+    return best
+
+
+def heap_allocations(lib: tvm.runtime.Module) -> int:
+    """Places in a compiled kernel that take a buffer from TVM's workspace (``TVMBackendAllocWorkspace``:
+    heap memory) instead of the stack, read from its LLVM IR. A buffer on the heap is memory: LLVM cannot
+    keep it in registers the way it does a small stack array."""
+    return lib.inspect_source("ll").count("load ptr, ptr @__TVMBackendAllocWorkspace")
+
+
+_LOOP_KINDS = {0: "", 1: "parallel ", 2: "vectorized ", 3: "unroll ", 4: "bound "}
+
+
+def loop_tree(kernel: s_tir.Schedule | tvm.tirx.PrimFunc) -> str:
+    """A schedule's function at a glance: its buffers (with their scope), and every loop and block, nested.
+
+    Loops read ``kind name(extent)``; blocks ``[name] -> the buffer it writes``. Shorter than
+    ``sch.mod.script()``, and enough to see what a primitive changed.
+    """
+    func = kernel.mod["main"] if isinstance(kernel, s_tir.Schedule) else kernel
+    lines: list[str] = []
+
+    def scope_of(buffer) -> str:
+        scope = buffer.scope()
+        return "" if scope == "global" else f" ({scope})"
+
+    def visit(stmt, depth: int) -> None:
+        pad = "  " * depth
+        if isinstance(stmt, tvm.tirx.SeqStmt):
+            for s in stmt.seq:
+                visit(s, depth)
+        elif isinstance(stmt, tvm.tirx.For):
+            lines.append(f"{pad}{_LOOP_KINDS.get(int(stmt.kind), '')}{stmt.loop_var.name}({stmt.extent})")
+            visit(stmt.body, depth + 1)
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            block = stmt.block
+            if block.name_hint == "root":
+                for buffer in block.alloc_buffers:
+                    lines.append(f"{pad}buffer {buffer.name}{list(int(d) for d in buffer.shape)}{scope_of(buffer)}")
+                visit(block.body, depth)
+                return
+            writes = ", ".join(f"{w.source.name}{scope_of(w.source)}" for w in block.writes)
+            lines.append(f"{pad}[{block.name_hint}] -> {writes}")
+            for buffer in block.alloc_buffers:
+                lines.append(f"{pad}  buffer {buffer.name}{list(int(d) for d in buffer.shape)}{scope_of(buffer)}")
+            visit(block.body, depth + 1)
+        elif hasattr(stmt, "body"):
+            visit(stmt.body, depth)
+
+    visit(func.body, 0)
+    return "\n".join(lines)
+
+
+def _vars_in(expr) -> set[str]:
+    return {v.name for v in tvm.tirx.analysis.undefined_vars(expr, [])}
+
+
+def _block_realizes(stmt) -> Iterator:
+    """Every block (its ``SBlockRealize``) under ``stmt``, outermost first."""
+    if isinstance(stmt, tvm.tirx.SeqStmt):
+        for s in stmt.seq:
+            yield from _block_realizes(s)
+    elif isinstance(stmt, s_tir.SBlockRealize):
+        yield stmt
+        yield from _block_realizes(stmt.block.body)
+    elif isinstance(stmt, tvm.tirx.IfThenElse):
+        yield from _block_realizes(stmt.then_case)
+        if stmt.else_case is not None:
+            yield from _block_realizes(stmt.else_case)
+    elif hasattr(stmt, "body"):
+        yield from _block_realizes(stmt.body)
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """What a schedule of ``pointwise_nchwc`` computes inside its innermost reduction loop."""
+
+    pixels: int  # output pixels (the w axis) updated per pass of the reduction
+    channel_blocks: int  # output channel blocks (oc_outer)
+    lanes: int  # values per channel block covered there (oc_inner)
+    accumulator: str  # the buffer the convolution block adds into
+    scope: str  # its storage scope
+    into_output: bool  # True: it adds straight into the function's output buffer
+
+    @property
+    def vectors(self) -> int:
+        """Accumulator vectors of ``lanes`` values: pixels x channel blocks."""
+        return self.pixels * self.channel_blocks
+
+
+def register_tile(sch: s_tir.Schedule, block: str = BLOCK_NAME) -> RegisterTile:
+    """Read a schedule of ``pointwise_nchwc``: the tile of outputs its loops inside the innermost reduction
+    loop update, and the buffer it accumulates into.
+
+    The loops are matched to the block's axes through the block's bindings, so splits, fusions and
+    reorders are all read correctly. ``block`` is the convolution's name (after ``decompose_reduction`` its
+    update block, ``conv_update``, is read).
+    """
+    names = [block, f"{block}_update"]
+    realize = [r for r in _block_realizes(sch.mod["main"].body) if r.block.name_hint in names]
+    if not realize:
+        raise KeyError(f"no block named {block!r} (or {block}_update) in the schedule")
+    node = sorted(realize, key=lambda r: names.index(r.block.name_hint))[-1]
+    iters, bindings = node.block.iter_vars, node.iter_values
+    reduce_vars = set().union(*(_vars_in(v) for i, v in zip(iters, bindings) if int(i.iter_type) == 2))
+    loops = [sch.get(loop) for loop in sch.get_loops(sch.get_sblock(node.block.name_hint))]
+    last_reduction = max((k for k, loop in enumerate(loops) if loop.loop_var.name in reduce_vars), default=-1)
+    inner = loops[last_reduction + 1:]
+
+    def extent_along(axis: int) -> int:
+        used = _vars_in(bindings[axis])
+        return math.prod(int(loop.extent) for loop in inner if loop.loop_var.name in used)
+
+    buffer = node.block.writes[0].source
+    outputs = {param.name for param in sch.mod["main"].params}
+    return RegisterTile(extent_along(3), extent_along(1), extent_along(4), buffer.name, buffer.scope(),
+                        buffer.name in outputs)
+
+
+def cache_bandwidth_gbs(kilobytes: int = 256, repeats: int | None = None) -> float:
+    """Copy bandwidth of one core in GB/s for data that stays in its caches: an array of ``kilobytes`` (and its
+    copy) copied again and again, the best of ``repeats`` samples. 256 KB twice fits a core's L2 cache on
+    current x86 CPUs (Zen 4: 1 MB, most Intel server cores: 2 MB); a few MB fit the shared L3."""
+    repeats = repeats or pick(7, 3)
+    src = np.ones(kilobytes * 1024 // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    copies = max(1, (64 * 2**20) // src.nbytes)  # about 64 MB copied per sample
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(copies):
+            np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * src.nbytes * copies / best / 1e9
+
+
+__all__ += ["FMA_KINDS", "LoopStats", "RegisterTile", "cache_bandwidth_gbs", "fma_counts", "heap_allocations",
+            "hot_loop", "loop_tree", "pointwise_relax", "register_tile"]

@@ -177,6 +177,48 @@ class PagedDecoder:
 
         return run
 
+    def cache_contents(self, cache, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """The keys and values of the cache's first ``length`` positions, read back from its pages
+        (``attention_kv_cache_debug_get_kv``), in ``transformer``'s layout ``(layers, 1, heads, length, head_dim)``."""
+        c = self.config
+        keys, values = (tvm.runtime.tensor(np.zeros((c.layers, length, c.heads, c.head_dim), "float32"), self.device)
+                        for _ in range(2))
+        _builtin("attention_kv_cache_debug_get_kv")(cache, SEQUENCE, 0, length, keys, values)
+        return tuple(t.numpy().transpose(0, 2, 1, 3)[:, None] for t in (keys, values))
+
+    def after_one_step(self, prompt, token: int, cache=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The logits, keys and values (NumPy) after one step of ``token`` following ``prompt``, on a new cache
+        filled by ``prefill``: the keys and values read back from the cache's pages. (``cache``, PyTorch's keys
+        and values for ``prompt``, is for the explicit decoder: this one fills its own.)"""
+        cache = self.new_cache()
+        self.run("prefill", prompt, 0, cache)
+        past = int(np.asarray(prompt).size)
+        logits = self.run("decode", [token], past, cache)
+        return (logits, *self.cache_contents(cache, past + 1))
+
+    def step_runner(self, prompt, token: int, cache=None) -> Callable[[], object]:
+        """``decode_runner`` with the runtime functions looked up and the inputs put on the device once,
+        here; each call runs ``kv_state_begin_forward``, ``decode`` and ``kv_state_end_forward``, then pops
+        the token again (``kv_state_popn``, so that every call does the same work), and returns the device
+        logits. (``cache``: as in ``after_one_step``.)"""
+        cache_object = self.new_cache()
+        self.run("prefill", prompt, 0, cache_object)
+        past = int(np.asarray(prompt).size)
+        ids = tvm.runtime.tensor(np.array([token], dtype=TOKEN_DTYPE), self.device)
+        positions = tvm.runtime.tensor(np.array([past], dtype=TOKEN_DTYPE), self.device)
+        begin, end, popn = (_builtin(name) for name in ("kv_state_begin_forward", "kv_state_end_forward", "kv_state_popn"))
+        decode, params, sequence, one = self.vm["decode"], self.params, ShapeTuple([SEQUENCE]), ShapeTuple([1])
+
+        def run():
+            begin(cache_object, sequence, one)
+            logits, _ = decode(ids, positions, cache_object, params)
+            end(cache_object)
+            self.device.sync()
+            popn(cache_object, SEQUENCE, 1)
+            return logits
+
+        return run
+
 
 def compile_paged(model: TinyGPT, target: tvm.target.Target | None = None) -> PagedDecoder:
     """Export ``model`` over a paged cache and build it: every ``Linear``'s weight transpose fused into its

@@ -20,6 +20,7 @@ depend on the weights.
 from __future__ import annotations
 
 import argparse
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -32,8 +33,8 @@ from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 
 from . import databases, peers, timing, tuning
-from .build import CompiledModel, device_for, load_executable
-from .errors import CourseError, InputShapeError
+from .build import CompiledModel, device_for, load_executable, relative_error
+from .errors import CourseError, InputShapeError, ParityError
 from .machine import cpu_target
 from .models import ImportedModel, torch_logs_held
 
@@ -298,6 +299,26 @@ class Decoder:
 
         return run
 
+    def step_runner(self, prompt, token: int, cache) -> Callable[[], object]:
+        """``decode_runner`` with nothing but the VM call and a sync timed: the token, its position and the
+        cache are put on the device once, here; each call returns the device tensors (logits, keys, values)."""
+        device, past = self.compiled.device, int(np.asarray(prompt).size)
+        inputs = [tvm.runtime.tensor(np.array([[value]], dtype=TOKEN_DTYPE), device) for value in (token, past)]
+        inputs += [tvm.runtime.tensor(c.numpy(), device) for c in cache]
+        main, params = self.compiled.vm["main"], self.compiled.params
+
+        def run():
+            out = main(*inputs, *params)
+            device.sync()
+            return out
+
+        return run
+
+    def after_one_step(self, prompt, token: int, cache) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The logits, keys and values (NumPy, the cache ``past + 1`` positions long) after one step of
+        ``token`` following ``prompt``, whose keys and values are ``cache``: what a runner is checked by."""
+        return tuple(t.numpy() for t in self.step(token, int(np.asarray(prompt).size), *cache))
+
 
 def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = None,
                     database: databases.Database | None = None) -> Decoder:
@@ -428,6 +449,146 @@ def _tune_and_ship(imported: ImportedModel, name: str, trials_per_task: int, tar
                 static_kernels_only=static_kernels_only)
     tuning.prune_database(work_dir, keep=1)
     return str(work_dir)
+
+
+# ------------------------------------------------------------------ builds and peers shown step by step (Day 14)
+
+
+def symbolic_model(executable: tvm.runtime.Executable, imported: ImportedModel,
+                   target: tvm.target.Target | None = None) -> SymbolicLengthModel:
+    """An executable built from a symbolic-length prefill (``tvm.compile`` of ``imported.mod``), loaded with
+    its weights; it takes the lengths the module was exported for (``length_bounds``) and refuses others."""
+    target = target or cpu_target()
+    (_, bounds), = length_bounds(imported.mod).items()
+    return SymbolicLengthModel(**vars(load_executable(executable, imported, target)), bounds=bounds)
+
+
+def compile_with_passes(imported: ImportedModel, target: tvm.target.Target | None, passes: Sequence) -> CompiledModel:
+    """``passes`` run on ``imported.mod`` under ``target``, then ``tvm.compile`` (its default pipeline does
+    the rest) and loaded: a ``SymbolicLengthModel`` for a module with a symbolic length. When the passes
+    lifted weight-only work (``LiftTransformParams``), ``main_transform_params`` runs once here, on the weights."""
+    target = target or cpu_target()
+    with target:
+        mod = tvm.transform.Sequential(list(passes))(imported.mod)
+    executable = tvm.compile(mod, target=target)
+    compiled = symbolic_model(executable, imported, target) if length_bounds(imported.mod) else \
+        load_executable(executable, imported, target)
+    if any(gv.name_hint == "main_transform_params" for gv in mod.get_global_vars()):
+        compiled.params = list(compiled.vm["main_transform_params"](compiled.params))
+    return compiled
+
+
+def scheduled_kernels(mod: tvm.IRModule) -> tuple[list[str], list[str]]:
+    """(kernels a schedule rule marked scheduled, ``tirx.is_scheduled``; kernels left as they were)."""
+    done, left = [], []
+    for gv, func in mod.functions.items():
+        if isinstance(func, tvm.tirx.PrimFunc):
+            (done if func.attrs is not None and func.attrs.get("tirx.is_scheduled", False) else left).append(gv.name_hint)
+    return sorted(done), sorted(left)
+
+
+class DynamicDecode(Decode):
+    """``Decode`` for ``torch.compile(dynamic=True)``, with a ``forward`` (a code object) of its own, as
+    ``DynamicPrefill``: one graph serves every past length, as a decoding loop needs."""
+
+    def forward(self, ids, positions, past_keys, past_values):
+        return self.model.decode(ids, positions, past_keys, past_values)
+
+
+def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPILED, peers.ORT),
+                 token: int = 7) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """One decoding step after ``past`` positions by PyTorch's peers, as runners, and the peers missing.
+
+    Eager always; per ``which``: ``peers.COMPILED``, ``torch.compile(dynamic=True)`` of the step (compiled by
+    a first call here; a static compile would compile again at every new past length), and ``peers.ORT``,
+    ONNX Runtime on the step exported with the past dimension dynamic. Each is checked against eager on
+    the logits, keys and values (``ParityError`` otherwise); a peer that cannot be built is missing, with why.
+    """
+    prompt = tokens(past, model.config.vocab, seed=past)
+    with torch.inference_mode():
+        _, keys, values = model.prefill(prompt)
+    inputs = (torch.tensor([[token]]), torch.tensor([[past]]), keys, values)
+
+    def eager():
+        with torch.inference_mode():
+            return model.decode(*inputs)
+
+    runners, missing = {peers.EAGER: eager}, {}
+    if peers.COMPILED in which:
+        compiled = torch.compile(DynamicDecode(model), dynamic=True)
+
+        def compiled_step():
+            with torch.inference_mode():
+                return compiled(*inputs)
+
+        compiled_step()  # compiles
+        runners[peers.COMPILED] = compiled_step
+    if peers.ORT in which:
+        try:
+            runners[peers.ORT] = _onnx_decode_runner(model, inputs)
+        except peers.PeerUnavailable as err:
+            missing[peers.ORT] = str(err)
+    want = [t.numpy() for t in eager()]
+    for label, run in runners.items():
+        got = [t.numpy() if hasattr(t, "numpy") else np.asarray(t) for t in run()]
+        _check_step(label, got, want)
+    return runners, missing
+
+
+def _onnx_decode_runner(model: TinyGPT, inputs: tuple) -> Callable[[], object]:
+    """ONNX Runtime on the decoding step, its past dynamic; ``peers.onnx_runtime_runner``'s session options."""
+    import onnxruntime as ort
+
+    try:
+        past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
+        with torch_logs_held(), warnings.catch_warnings():
+            # the exporter notes that keys and values share one dynamic axis: that is what is meant
+            warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
+            program = torch.onnx.export(Decode(model), inputs, dynamo=True, verbose=False,
+                                        dynamic_shapes=(None, None, {3: past}, {3: past}))
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        session = ort.InferenceSession(program.model_proto.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+    except Exception as err:  # an exporter or loader failure: the peer is missing, with the reason
+        raise peers.PeerUnavailable(peers.why_missing(peers.ORT, err)) from err
+    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
+    return lambda: session.run(None, feed)
+
+
+def _check_step(label: str, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> None:
+    """``ParityError`` unless the logits, keys and values of a step match eager's within ``peers.RTOL``."""
+    for name, g, w in zip(("logits", "keys", "values"), got, want):
+        g = np.asarray(g)
+        if g.shape != w.shape:
+            raise ParityError(f"{label}: its {name} have shape {g.shape}, PyTorch eager's {w.shape}.")
+        error = relative_error(g, w)
+        if not error <= peers.RTOL:  # also catches NaN
+            raise ParityError(f"{label}: its {name} differ from PyTorch eager's: relative error {error:.2e} > {peers.RTOL:.0e}.")
+
+
+def step_runners(model: TinyGPT, decoders: dict, past: int, token: int = 7) -> dict[str, Callable[[], object]]:
+    """One decoding step after ``past`` positions, eager and by each of ``decoders`` (label -> a ``Decoder``
+    or a ``paged_cache.PagedDecoder``), as runners that time like with like: inputs on the device and
+    functions looked up before, device tensors returned (no copy to NumPy). Each decoder is first checked
+    against eager on the logits and on its cache after the step (``ParityError`` otherwise)."""
+    prompt = tokens(past, model.config.vocab, seed=past)
+    with torch.inference_mode():
+        _, keys, values = model.prefill(prompt)
+    ids, position = torch.tensor([[token]]), torch.tensor([[past]])
+
+    def eager():
+        with torch.inference_mode():
+            return model.decode(ids, position, keys, values)
+
+    want = [t.numpy() for t in eager()]
+    runners = {peers.EAGER: eager}
+    for label, decoder in decoders.items():
+        _check_step(label, decoder.after_one_step(prompt.numpy(), token, (keys, values)), want)
+        runners[label] = decoder.step_runner(prompt.numpy(), token, (keys, values))
+    return runners
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -679,7 +679,7 @@ def test_day12_hidden_choice_tests_alone_catch_a_choice_by_median_only():
         exec(hidden, namespace)
 
 
-# ---------------------------------------------------------------- Day 14: buckets, a mask with a past, decoding
+# ---------------------------------------------------------------- Day 14: a bucketed prefill, a causal softmax, decoding
 
 DAY14 = "day14_transformers"
 
@@ -690,17 +690,41 @@ def day14_builds():
     from helpers import transformer
 
     model = transformer.TinyGPT()
-    return dict(model=model,
-                any_length=transformer.compile_symbolic(transformer.import_prefill(model)),
+    symbolic = transformer.import_prefill(model)
+    return dict(model=model, symbolic=symbolic,
+                any_length=transformer.compile_symbolic(symbolic),
                 decoder=transformer.compile_decoder(transformer.import_decode(model)))
+
+
+@pytest.fixture(scope="module")
+def compiled_once():
+    """``tvm.compile`` remembered by module and target while Day 14's bucket tests run: each wrong answer builds
+    the same few buckets, and the test cell counts the calls (before the lookup), not the builds."""
+    import tvm_ffi
+
+    original, built = tvm.compile, {}
+
+    def compile_once(mod, target=None, **kwargs):
+        key = (tvm_ffi.structural_hash(mod), str(target), repr(sorted(kwargs.items())))
+        if key not in built:
+            built[key] = original(mod, target=target, **kwargs)
+        return built[key]
+
+    tvm.compile = compile_once
+    try:
+        yield
+    finally:
+        tvm.compile = original
 
 
 def _day14_namespace(builds=None, **extra) -> dict:
     import torch.nn.functional as F
+    from tvm import relax, te
 
     from helpers import transformer
 
-    return dict(np=np, torch=torch, F=F, transformer=transformer) | (builds or {}) | extra
+    return dict(np=np, torch=torch, F=F, tvm=tvm, relax=relax, te=te, build=build, transformer=transformer,
+                target=machine.cpu_target()) | (builds or {}) | extra
 
 
 def _solution(grade_id: str, builds=None):
@@ -709,61 +733,128 @@ def _solution(grade_id: str, builds=None):
     return namespace[grade_id]
 
 
-def test_day14_solutions_pass_their_tests(day14_builds):
-    for solution, tests in [("plan_buckets", "test_plan_buckets"), ("causal_mask", "test_causal_mask"),
+def test_day14_solutions_pass_their_tests(day14_builds, compiled_once):
+    for solution, tests in [("bucketed_prefill", "test_bucketed_prefill"), ("causal_softmax", "test_causal_softmax"),
                             ("greedy_generate", "test_greedy_generate")]:
         namespace = _day14_namespace(day14_builds)
         exec(_cell(DAY14, solution), namespace)
         exec(_cell(DAY14, tests), namespace)
 
 
-def _plan_in_given_order(lengths, buckets):
-    """The first bucket that holds each length, in the order the buckets came: right only when sorted."""
-    assigned = [next(b for b in buckets if b >= n) for n in lengths]
-    return assigned, (sum(assigned) - sum(lengths)) / sum(assigned)
+def _bucketed(order="smallest", pad="end", fits=lambda bucket, n: bucket >= n, check_length=True, build_when="first"):
+    """A bucketed prefill with one mistake switched on (the defaults are right)."""
+    from tvm import relax
+
+    def bucketed_prefill(mod, params, buckets, target):
+        (length,) = relax.analysis.defined_symbolic_vars(mod["main"])
+        sizes = [int(b) for b in buckets]
+        sizes = sorted(sizes) if order == "smallest" else sizes if order == "given" else sorted(sizes, reverse=True)
+        vms = {}
+
+        def vm_for(size):
+            if size not in vms or build_when == "each request":
+                vms[size] = relax.VirtualMachine(
+                    tvm.compile(relax.transform.BindSymbolicVars({length: size})(mod), target=target), tvm.cpu())
+            return vms[size]
+
+        if build_when == "first":
+            for size in sizes:
+                vm_for(size)
+
+        def prefill(ids):
+            ids = np.asarray(ids)
+            n = ids.shape[1]
+            if check_length:
+                size = next((b for b in sizes if fits(b, n)), None)
+                if size is None:
+                    raise ValueError(f"{n} tokens: the largest bucket is {max(sizes)}")
+            else:
+                size = next(b for b in sizes if fits(b, n))  # StopIteration for a request longer than every bucket
+            padded = np.zeros((1, size), dtype=ids.dtype)
+            if pad == "end":
+                padded[:, :n] = ids
+            else:
+                padded[:, size - n:] = ids
+            logits, keys, values = vm_for(size)["main"](tvm.runtime.tensor(padded), *params)
+            cut = slice(0, n) if pad == "end" else slice(size - n, size)
+            return size, logits.numpy()[:, cut], keys.numpy()[..., cut, :], values.numpy()[..., cut, :]
+
+        return prefill
+
+    return bucketed_prefill
 
 
-def _plan_without_checks(lengths, buckets):
-    """Right for lengths that fit; a too-long request silently gets the largest bucket."""
-    sizes = sorted(buckets)
-    assigned = [next((b for b in sizes if b >= n), sizes[-1]) for n in lengths]
-    return assigned, (sum(assigned) - sum(lengths)) / sum(assigned)
+@pytest.mark.parametrize("mistake, message", [
+    (dict(pad="front"), "differ from PyTorch"),                   # padding first shifts every position
+    (dict(order="largest"), "the smallest that holds it"),
+    (dict(build_when="each request"), "tvm.compile"),              # builds while serving
+])
+def test_day14_bucket_tests_catch_front_padding_the_largest_bucket_and_builds_per_request(day14_builds, compiled_once,
+                                                                                           mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        exec(_cell(DAY14, "test_bucketed_prefill"), _day14_namespace(day14_builds, bucketed_prefill=_bucketed(**mistake)))
 
 
-def _plan_waste_over_real_tokens(lengths, buckets):
-    assigned = [min(b for b in buckets if b >= n) for n in lengths]
-    return assigned, (sum(assigned) - sum(lengths)) / sum(lengths)
-
-
-@pytest.mark.parametrize("wrong", [_plan_in_given_order, _plan_without_checks])
-def test_day14_hidden_bucket_tests_alone_catch_unsorted_buckets_and_unchecked_lengths(wrong):
-    visible, hidden = _parts(DAY14, "test_plan_buckets")
-    namespace = _day14_namespace(plan_buckets=wrong)
+@pytest.mark.parametrize("mistake, message", [
+    (dict(order="given"), "the smallest that holds it"),           # right only for buckets given in order
+    (dict(fits=lambda bucket, n: bucket > n), "the smallest that holds it"),   # a length equal to a bucket skips it
+    (dict(check_length=False), "should raise a ValueError"),       # a too-long request: StopIteration
+])
+def test_day14_hidden_bucket_tests_alone_catch_unsorted_buckets_a_skipped_equal_bucket_and_no_length_check(
+        day14_builds, compiled_once, mistake, message):
+    visible, hidden = _parts(DAY14, "test_bucketed_prefill")
+    namespace = _day14_namespace(day14_builds, bucketed_prefill=_bucketed(**mistake))
     exec(visible, namespace)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match=message):
         exec(hidden, namespace)
 
 
-def test_day14_bucket_tests_catch_waste_measured_against_the_real_tokens():
-    with pytest.raises(AssertionError):
-        exec(_cell(DAY14, "test_plan_buckets"), _day14_namespace(plan_buckets=_plan_waste_over_real_tokens))
+def _softmax(mask="bottom-right", fill="lowest", subtract_max=True, max_over="masked", past=None, static=False):
+    """A causal softmax in TE with one mistake switched on (the defaults are right)."""
+    from tvm import te
+
+    def causal_softmax(scores):
+        heads, n_queries, n_keys = scores.shape
+        if static:
+            n_queries, n_keys = int(n_queries), int(n_keys)
+        shift = n_keys - n_queries if past is None else past
+        visible = {"bottom-right": lambda i, j: j <= shift + i, "top-left": lambda i, j: j <= i,
+                   "strict": lambda i, j: j < shift + i}[mask]
+        lowest = tvm.tirx.min_value("float32") if fill == "lowest" else tvm.tirx.const(0.0, "float32")
+        masked = te.compute(scores.shape, lambda h, i, j: te.if_then_else(visible(i, j), scores[h, i, j], lowest))
+        source = masked if max_over == "masked" else scores
+        r = te.reduce_axis((0, n_keys))
+        row_max = te.compute((heads, n_queries), lambda h, i: te.max(source[h, i, r], axis=r))
+        exps = te.compute(scores.shape, lambda h, i, j: te.exp(masked[h, i, j] - row_max[h, i]) if subtract_max
+                          else te.if_then_else(visible(i, j), te.exp(masked[h, i, j]), tvm.tirx.const(0.0, "float32")))
+        s = te.reduce_axis((0, n_keys))
+        total = te.compute((heads, n_queries), lambda h, i: te.sum(exps[h, i, s], axis=s))
+        return te.compute(scores.shape, lambda h, i, j: exps[h, i, j] / total[h, i])
+
+    return causal_softmax
 
 
-@pytest.mark.parametrize("wrong", [
-    lambda queries, past: np.tril(np.ones((queries, past + queries), dtype=bool)),  # top-left, as is_causal
-    lambda queries, past: np.arange(past + queries)[None, :] < past + np.arange(queries)[:, None],  # not itself
+def test_day14_the_right_softmax_written_differently_passes():
+    exec(_cell(DAY14, "test_causal_softmax"), _day14_namespace(causal_softmax=_softmax()))
+
+
+@pytest.mark.parametrize("mistake, message", [
+    (dict(mask="top-left"), "relative error"),                      # is_causal's alignment
+    (dict(mask="strict"), "relative error"),                         # a query that cannot see itself
+    (dict(fill="zero"), "relative error"),                           # masked scores as 0: exp(0) is not 0
+    (dict(static=True), "use the shape's expressions"),               # int() of a symbolic size
 ])
-def test_day14_mask_tests_catch_a_top_left_mask_and_a_query_that_cannot_see_itself(wrong):
-    with pytest.raises(AssertionError):
-        exec(_cell(DAY14, "test_causal_mask"), _day14_namespace(causal_mask=wrong))
+def test_day14_softmax_tests_catch_wrong_masks_and_python_ints(mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        exec(_cell(DAY14, "test_causal_softmax"), _day14_namespace(causal_softmax=_softmax(**mistake)))
 
 
-def test_day14_hidden_mask_tests_alone_catch_a_mask_right_only_for_the_visible_past():
-    visible, hidden = _parts(DAY14, "test_causal_mask")
-    right = _solution("causal_mask")
-    namespace = _day14_namespace(causal_mask=lambda queries, past: right(queries, 3))
+@pytest.mark.parametrize("mistake", [dict(subtract_max=False), dict(max_over="scores"), dict(past=2)])
+def test_day14_hidden_softmax_tests_alone_catch_overflow_a_max_over_masked_keys_and_the_visible_past(mistake):
+    visible, hidden = _parts(DAY14, "test_causal_softmax")
+    namespace = _day14_namespace(causal_softmax=_softmax(**mistake))
     exec(visible, namespace)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="relative error"):
         exec(hidden, namespace)
 
 
