@@ -17,7 +17,7 @@ from pathlib import Path
 
 from . import config
 
-REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "results" / "reference"
+REFERENCE_ROOT = config.REPO / "results" / "reference"
 METADATA_KEY = "tvm-course-reference"
 
 
