@@ -194,9 +194,15 @@ def test_the_int8_comparison_times_both_precisions_and_keeps_their_agreement(cou
     assert "| TVM int8 tuned |" in capsys.readouterr().out
 
 
-def test_the_transformer_comparison_times_each_bucket_and_the_decoding_step(course, monkeypatch, capsys):
+def test_the_transformer_comparison_times_each_bucket_and_the_decoding_step(course, monkeypatch):
+    """A one-layer GPT. Each build costs seconds: the decoding step is built once and stands in for its tuned
+    build and for the paged cache's (tested in test_paged_cache.py); torch.compile(dynamic=True) is eager here."""
     monkeypatch.setattr(transformer, "TinyGPT", lambda: GPT(SMALL_GPT, seed=1))
-    monkeypatch.setattr(torch, "compile", lambda module, **options: module)  # torch.compile(dynamic=True): seconds
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
+    built, compile_decoder = [], transformer.compile_decoder
+    monkeypatch.setattr(transformer, "compile_decoder", lambda imported, target=None, database=None: built[0] if built
+                        else built.append(compile_decoder(imported, target)) or built[0])
+    monkeypatch.setattr(paged_cache, "compile_paged", lambda model, target=None: built[0])
     monkeypatch.setattr(transformer, "BUCKETS", (16,))
     monkeypatch.setattr(transformer, "BUCKET", 16)
     monkeypatch.setattr(databases, "choose", lambda *args, **kwargs: Untuned())
