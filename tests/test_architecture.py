@@ -296,3 +296,10 @@ def test_every_command_a_document_shows_is_a_module_that_runs():
     dead = sorted((m, where) for m, where in named
                   if not _exists(m, REPO) or '__name__ == "__main__"' not in REPO.joinpath(*m.split(".")).with_suffix(".py").read_text())
     assert not dead, dead
+
+
+def test_every_package_of_helpers_is_installed():
+    """pyproject.toml names the packages a non-editable install copies: a new subpackage must be one of them."""
+    text = (REPO / "pyproject.toml").read_text()
+    listed = set(re.findall(r'"(helpers(?:\.\w+)*)"', re.search(r"^packages = \[(.*)\]$", text, re.M)[1]))
+    assert listed == {module_name(p, REPO) for p in (REPO / "helpers").rglob("__init__.py")}
