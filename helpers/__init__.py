@@ -9,7 +9,7 @@ Import the modules a day needs, e.g. ``from helpers import models, build, timing
 * ``helpers.maintainers``: the course's own measuring and shipping machinery (the benchmark tables,
   tuning in stages, shipping databases, transfer studies, the int8, transformer, layer and capstone
   runs, GPU recordings), behind ``make benchmark``, ``make capstone`` and docs/maintainers.md;
-* ``helpers.instructor``: what only an instructor or the hub runs (grading, notebook generation, lab
+* ``helpers/instructor/``: what only an instructor or the hub runs (grading, notebook generation, lab
   settings, the hub, the website, the README's generated parts).
 
 The learner's modules, the days whose notebooks import them (``tests/test_architecture.py`` reads the
