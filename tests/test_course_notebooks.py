@@ -19,6 +19,7 @@ from helpers import config, timing
 from helpers.instructor import grading, notebooks, site
 
 import blank_probe
+import regenerated as regenerated_course
 import stored_outputs
 
 REPO = grading.REPO
@@ -44,48 +45,11 @@ def test_every_day_has_a_source_and_a_student_version():
     assert released == ASSIGNMENTS, "notebooks/ and solutions/ hold different days: run `make student`"
 
 
-def _sources_digest() -> str:
-    """Everything `nbgrader generate_assignment` reads: the sources, the config, the course's grading code."""
-    import hashlib
-
-    import nbgrader
-
-    digest = hashlib.sha256(nbgrader.__version__.encode())
-    files = [REPO / "nbgrader_config.py", REPO / "helpers" / "instructor" / "grading.py", *sorted((REPO / grading.SOURCE).rglob("*"))]
-    for path in files:
-        if path.is_file():
-            digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 @pytest.fixture(scope="module")
 def regenerated(tmp_path_factory):
-    """A course directory with every day generated from the sources, its own for this test module.
-
-    Generating takes about half a minute, so it is done once per state of the sources and shared by
-    the suite's worker processes (under a lock); each module then grades in a copy of its own.
-    """
-    import fcntl
-
-    root = REPO / "build" / "regenerated"
-    root.mkdir(parents=True, exist_ok=True)
-    generated = root / _sources_digest()
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (generated / grading.RELEASE).is_dir():
-            scratch = grading.scratch_course(tmp_path_factory.mktemp("generating"))
-            grading.generate(course=scratch)
-            shutil.copytree(scratch, generated)
-    return Path(shutil.copytree(generated, tmp_path_factory.mktemp("course"), dirs_exist_ok=True))
-
-
-def out_of_sync(committed: Path, fresh: Path) -> str | None:
-    """Why a committed student notebook is not what its source generates (None when it is)."""
-    if _cells(committed) == _cells(fresh):
-        return None
-    return (f"{committed.relative_to(committed.parents[2])} is not what solutions/ generate. A learner: do the exercises "
-            "in your own copies (work/, opened by `make lab`) and restore this file with `git checkout -- notebooks/`. "
-            "A maintainer who changed a source: run `make student`.")
+    """A course directory with every day generated from the sources (tests/regenerated.py), a copy of
+    its own for this test module."""
+    return Path(shutil.copytree(regenerated_course.shared(), tmp_path_factory.mktemp("course"), dirs_exist_ok=True))
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -63,7 +63,7 @@ def test_the_handout_holds_no_solution_and_no_hidden_test(tmp_path):
     assert f"{root}notebooks/day00_environment/day00_environment.ipynb" in names
     assert f"{root}helpers/instructor/selfstudy.py" in names and f"{root}Makefile" in names
     assert not any(n.startswith((f"{root}solutions", f"{root}tests")) for n in names)
-    assert handout.leaks(tmp_path / "out") == []
+    assert handout.given_away(tmp_path / "out" / handout.NAME) == []
 
 
 def test_reference_values_print_beside_the_learners(tmp_path, monkeypatch):
@@ -78,6 +78,11 @@ def test_reference_values_print_beside_the_learners(tmp_path, monkeypatch):
         reference.show("tvm_vs_eager", 1.0)
 
 
+# Shown only where a GPU is present: recorded by a full run on a machine with one (Day 9 without a GPU reads
+# results/gpu/ instead).
+GPU_ONLY = {"day09.tvm_gpu_vs_fastest_pytorch", "day09.gpu_over_cpu_images_per_s"}
+
+
 def test_every_reference_key_a_day_shows_is_recorded_at_full_size():
     shown = set()
     for day in grading.assignments():
@@ -85,5 +90,5 @@ def test_every_reference_key_a_day_shows_is_recorded_at_full_size():
         shown |= set(re.findall(r'reference\.show\(\\?"(day\d\d\.\w+)', text))
     assert shown, "the days show no reference value"
     recorded = {key for path in reference.REFERENCE_ROOT.glob("*.json") for key in json.loads(path.read_text())["values"]}
-    missing = sorted(shown - recorded)
+    missing = sorted(shown - recorded - GPU_ONLY)
     assert not missing, f"no reference machine recorded {missing}: run every day at full size and harvest (docs/maintainers.md)"

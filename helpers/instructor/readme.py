@@ -70,8 +70,8 @@ def opening(day: str, course: Path = REPO) -> tuple[str, str]:
     """A day's title and its time, from the first cell of its student notebook."""
     first = nbformat.read(course / RELEASE / day / f"{day}.ipynb", as_version=4).cells[0].source
     title = re.match(r"# Day \d+ — (.+)", first)
-    time = re.search(r"^\*\*Time:\*\* about (.+?)(?:[,.;(]|$)", first, re.M)
-    return (title.group(1).strip() if title else day), (time.group(1).strip() if time else "?")
+    hours = stated_hours(first)
+    return (title.group(1).strip() if title else day), (_duration(hours) if hours is not None else "?")
 
 
 def stated_hours(first_cell_source: str) -> float | None:

@@ -14,7 +14,6 @@ never modifies the learner's file.
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import sys
 import tempfile
@@ -100,7 +99,7 @@ def check(day: str, course: Path = grading.REPO, work: Path | None = None, cell_
                            "with your instructor, who grades your work. Run the test cells in the notebook to check it.")
     try:
         nbformat.validate(nbformat.read(mine, as_version=4))
-    except (json.JSONDecodeError, nbformat.ValidationError, UnicodeDecodeError, KeyError, AttributeError) as err:
+    except (ValueError, nbformat.ValidationError, KeyError, AttributeError, TypeError) as err:  # NotJSONError is a ValueError
         raise GradingError(f"{mine} is not a notebook that can be read ({type(err).__name__}: {str(err)[:200]}). "
                            f"Rename it, run `make lab` for a fresh copy, and bring your answers over.") from None
     before = _digest(mine)

@@ -239,13 +239,13 @@ def _readable(path: Path) -> str | None:
         return None
 
 
-def leaks(site: Path, secrets: dict[str, str] | None = None) -> list[str]:
-    """Each built file (pages, search index, anything else) that holds a solution or hidden-test line
-    or one of nbgrader's markers, with what it holds. HTML is read as text, tags removed, so that
-    a line split into highlighting spans is still found."""
+def leaks(site: Path, secrets: dict[str, str] | None = None, files: Iterable[Path] | None = None) -> list[str]:
+    """Each built file (pages, search index, anything else; or only ``files``, under ``site``) that holds
+    a solution or hidden-test line or one of nbgrader's markers, with what it holds. HTML is read as
+    text, tags removed, so that a line split into highlighting spans is still found."""
     secrets = secret_lines() if secrets is None else secrets
     found = []
-    for path in sorted(p for p in site.rglob("*") if p.is_file()):
+    for path in sorted(files if files is not None else (p for p in site.rglob("*") if p.is_file())):
         raw = _readable(path)
         if raw is None:
             continue
