@@ -21,6 +21,7 @@ notebooks and checks this table), and what each owns:
     build           0-6, 8-10, 12-14              compile, load and run on the VirtualMachine, parity with PyTorch, the fusion passes
     ir              0-3, 5-7, 9-10, 12-14         operator histograms, kernel counts, fused functions, a convolution's FLOPs
     envcheck        0                             is this machine ready for the course
+    reference       0-14                          what the reference machines measured, printed beside this machine's value
     zoo             0, 11                         the capstone: a model through the whole pipeline, its operator mix
     timing          2, 4-5, 8-14                  one timing method for every backend, its records and tables, runners, busy cores
     config          4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
@@ -49,7 +50,6 @@ notebooks and checks this table), and what each owns:
     results         -                             the results files in results/ (no day imports it yet: Days 8, 11, 13 use ``benchmark``)
     cache           -                             tuned builds compiled once, then loaded; the test suite's import cache
     capture         -                             stderr capture, C++ included (Days 6 and 13 use it as ``export.capture_stderr``)
-    reference       -                             what the reference machines measured, beside this machine's value
 """
 
 import os

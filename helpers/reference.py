@@ -6,6 +6,8 @@ the same cell gave at full size on the machines recorded in ``results/reference/
 per machine, CPU named as TVM names it). The value measured here also travels in the output's
 metadata, so that a maintainer can harvest a full-size execution of every day into a new
 reference file (docs/maintainers.md, "Editing a day").
+
+Introduced on Day 0.
 """
 
 from __future__ import annotations

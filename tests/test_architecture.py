@@ -232,8 +232,8 @@ def index(root: Path = REPO) -> dict[str, set[int]]:
 
 
 def notebook_imports(root: Path = REPO) -> dict[str, set[int]]:
-    """``{module: days}`` from the code cells of ``solutions/*/*.ipynb``: ``from helpers import ...``,
-    ``from helpers.x import ...``, ``import helpers.x`` and ``helpers.x.name``."""
+    """``{module: days}`` from the code cells of ``solutions/*/*.ipynb``: ``from helpers import ...`` (in brackets
+    over several lines too), ``from helpers.x import ...``, ``import helpers.x`` and ``helpers.x.name``."""
     found: dict[str, set[int]] = {}
     for path in sorted((root / "solutions").glob("day*/*.ipynb")):
         day = int(path.parent.name[3:5])
@@ -241,7 +241,8 @@ def notebook_imports(root: Path = REPO) -> dict[str, set[int]]:
             if cell["cell_type"] != "code":
                 continue
             source = "".join(cell["source"])
-            names = [n.strip() for group in re.findall(r"^\s*from helpers import ([\w, ]+)", source, re.M)
+            flat = re.sub(r"from helpers import \(([^)]*)\)", lambda m: "from helpers import " + " ".join(m[1].split()), source)
+            names = [n.strip() for group in re.findall(r"^\s*from helpers import ([\w, ]+)", flat, re.M)
                      for n in group.split(",")]
             names += re.findall(r"^\s*from helpers\.(\w+)", source, re.M) + re.findall(r"^\s*import helpers\.(\w+)", source, re.M)
             names += re.findall(r"\bhelpers\.(\w+)\.", source)
