@@ -67,13 +67,13 @@ site: env
 # Then Day 12's int8 comparison on MobileNetV2 (PyTorch fp32 and int8, TVM fp32 and int8 tuned), and
 # Day 14's small GPT (two tuned prefill buckets and a decoding step against PyTorch).
 benchmark: env
-	$(BIN)/python -m helpers.benchmark table $(MODELS)
-	$(BIN)/python -m helpers.benchmark int8
-	$(BIN)/python -m helpers.benchmark transformer
+	$(BIN)/python -m helpers.maintainers.benchmark table $(MODELS)
+	$(BIN)/python -m helpers.maintainers.benchmark int8
+	$(BIN)/python -m helpers.maintainers.benchmark transformer
 
 # Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.
 capstone: env
-	$(BIN)/python -m helpers.zoo
+	$(BIN)/python -m helpers.maintainers.capstone
 
 # Every tuning database (shipped, yours, test runs'), where it came from, its budget, and whether it fits this CPU.
 databases: env

@@ -1,9 +1,13 @@
-"""Compile a Relax module, run it on the VirtualMachine, check it against PyTorch."""
+"""Compile a Relax module, run it on the VirtualMachine, check it against PyTorch.
+
+Introduced on Day 0.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +16,6 @@ import torch
 import tvm
 from tvm import relax, te, topi
 
-from . import nchwc
 from .errors import InputShapeError, ParityError
 from .machine import cpu_target, require_gpu
 from .models import ImportedModel
@@ -79,24 +82,26 @@ def fast_math(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     return mod
 
 
-def fusion_passes(target: tvm.target.Target | None = None, layout: str = nchwc.PLAIN) -> list[tvm.transform.Pass]:
+def fusion_passes(target: tvm.target.Target | None = None, before_legalize: Sequence[tvm.transform.Pass] = (),
+                  legalize_map: dict | None = None) -> list[tvm.transform.Pass]:
     """The passes that turn an imported module into fused TensorIR kernels.
 
     Inference decomposition (BatchNorm into arithmetic), legalization into TIR,
     op-pattern annotation, constant folding, then FuseOps/FuseTIR: the first half
     of the ``static_shape_tuning`` pipeline. Tuning and applying a database must
     run exactly these, since database records are found by each kernel's form.
-    ``layout`` other than NCHW (``NCHW16c``) puts the convolutions' activations in channel blocks first
-    (``helpers.nchwc``). Run the returned passes under ``with target:``.
+    ``before_legalize`` and ``legalize_map`` (``LegalizeOps``' own rules for some operators) let a layout
+    of the convolutions other than NCHW in (Day 7's channel blocks: ``nchwc.fusion_passes``).
+    Run the returned passes under ``with target:``.
     """
     target = target or cpu_target()
     return [
         relax.transform.DecomposeOpsForInference(),
         relax.transform.CanonicalizeBindings(),
-        *nchwc.layout_passes(layout),
+        *before_legalize,
         *relax.pipeline.library_dispatch_passes(target),
         fast_math,
-        relax.transform.LegalizeOps(customize_legalize_map=nchwc.legalize_map(layout)),
+        relax.transform.LegalizeOps(customize_legalize_map=legalize_map),
         relax.transform.AnnotateTIROpPattern(),
         relax.transform.FoldConstant(),
         relax.transform.FuseOps(),
@@ -104,11 +109,11 @@ def fusion_passes(target: tvm.target.Target | None = None, layout: str = nchwc.P
     ]
 
 
-def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None, layout: str = nchwc.PLAIN) -> tvm.IRModule:
-    """``mod`` with its operators legalized and fused into kernels for ``target`` (convolutions in ``layout``)."""
+def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None) -> tvm.IRModule:
+    """``mod`` with its operators legalized and fused into kernels for ``target`` (``fusion_passes``)."""
     target = target or cpu_target()
     with target:
-        return tvm.transform.Sequential(fusion_passes(target, layout))(mod)
+        return tvm.transform.Sequential(fusion_passes(target))(mod)
 
 
 def device_for(target: tvm.target.Target) -> tvm.runtime.Device:
@@ -142,15 +147,20 @@ class CompiledModel:
     library: Path | None = None  # the exported library it was loaded from (the compile cache), if any
 
     def to_device(self, x) -> tvm.runtime.Tensor:
-        """Check the input against the compiled signature and copy it to the device."""
+        """Check the input against the compiled signature (``check_input``) and copy it to the device."""
         array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        self.check_input(array)
+        return tvm.runtime.tensor(array, self.device)
+
+    def check_input(self, array: np.ndarray) -> None:
+        """Raise ``InputShapeError`` unless ``array`` fits the compiled signature (a build with a dynamic
+        dimension widens it: ``dynamic.DynamicBatchModel``, ``transformer.SymbolicLengthModel``)."""
         if tuple(array.shape) != tuple(self.input_shape) or str(array.dtype) != self.input_dtype:
             raise InputShapeError(
                 f"This module was compiled for input {self.input_shape} {self.input_dtype}, "
                 f"but got {tuple(array.shape)} {array.dtype}. Shapes are static in the compiled "
                 "code: import and compile again with an example of the shape you need."
             )
-        return tvm.runtime.tensor(array, self.device)
 
     def run_on_device(self, x: tvm.runtime.Tensor):
         """One inference on an input already on the device (what benchmarks time)."""
@@ -194,6 +204,18 @@ def load_executable(
         input_dtype=imported.input_dtype,
         target=target,
     )
+
+
+def transform_params(compiled: CompiledModel) -> CompiledModel:
+    """Run the build's ``main_transform_params`` on its weights once, where it has one (weights prepacked,
+    BatchNorm folded, a ``Linear``'s weight transposed: lifted out of ``main``), as a deployed model does at
+    start-up; the model is then called like any other."""
+    try:
+        transform = compiled.vm["main_transform_params"]
+    except (AttributeError, KeyError, RuntimeError, ValueError):  # the VM's answer for a function it lacks
+        return compiled
+    compiled.params = list(transform(compiled.params))
+    return compiled
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:

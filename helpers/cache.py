@@ -29,9 +29,13 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import torch
 import tvm
 
-CACHE_ROOT = Path(__file__).resolve().parent.parent / "build" / "compiled"
+from .capture import capture_stderr
+from .config import REPO, quick
+
+CACHE_ROOT = REPO / "build" / "compiled"
 NO_CACHE_ENV = "TVM_COURSE_NO_CACHE"
 
 
@@ -42,8 +46,6 @@ def enabled() -> bool:
 
 def for_tests() -> bool:
     """Whether the caches kept for the suite alone (imports, ONNX exports) are on: in quick mode, unless disabled."""
-    from .config import quick
-
     return quick() and enabled()
 
 
@@ -94,9 +96,7 @@ def load_or_build(
         fd, partial = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=root)
         os.close(fd)
         try:
-            from .export import capture_stderr  # TVM logs to fd 2 while exporting
-
-            with capture_stderr():
+            with capture_stderr():  # TVM logs to fd 2 while exporting
                 executable.export_library(partial)
             os.replace(partial, path)
         finally:
@@ -161,3 +161,40 @@ def _one_builder(lock: Path) -> Iterator[None]:
             yield
         finally:
             lock.unlink(missing_ok=True)
+
+
+# ------------------------------------------------ kept for the test suite alone
+
+
+def kept_for_tests(name: str, model: torch.nn.Module, parts: tuple, code: Path,
+                   write: Callable[[Path], None]) -> Path | None:
+    """The folder where ``write`` left what it made of ``model`` (and of ``parts``, the input's shape and
+    type), kept in the suite's cache (``for_tests``) once per ``fingerprint``, parts and contents of
+    ``code`` (the file that makes it). None outside the suite, or for a model whose fingerprint is unknown:
+    then the caller does the work (and nothing is hashed)."""
+    found = fingerprint(model) if for_tests() else None
+    if found is None:
+        return None
+    return load_or_compute_files(name, key(name, found, *parts, file_digest([code]), torch.__version__), write)
+
+
+def fingerprint(model: torch.nn.Module) -> str | None:
+    """A digest of everything torch.export reads from ``model``, or None where that cannot be known.
+
+    Known: a model whose every layer is a class of torch or torchvision (their code is fixed by the
+    installed versions) and whose instances keep their class's ``forward``; the digest covers the layer
+    tree with its settings (``repr``), train/eval mode and every weight and buffer. A layer of any other
+    class (a learner's own, whose code may change between runs) makes it unknown.
+    """
+    digest = hashlib.sha256(repr(model).encode())
+    for module in model.modules():
+        if not type(module).__module__.startswith(("torch.nn.", "torchvision.")) or "forward" in vars(module):
+            return None
+        digest.update(b"T" if module.training else b"E")
+    for name, tensor in model.state_dict().items():
+        if not isinstance(tensor, torch.Tensor) or tensor.is_quantized:
+            return None
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        digest.update(value.numpy().tobytes() if value.dtype != torch.bfloat16 else value.float().numpy().tobytes())
+    return digest.hexdigest()

@@ -1,11 +1,17 @@
-"""One switch that shrinks heavy work to a reduced but real size.
+"""Where the course lives, and one switch that shrinks heavy work to a reduced but real size.
 
 CI has two cores and runs every notebook more than once, so it sets
 ``TVM_COURSE_QUICK=1``: fewer repeats, smaller sweeps, small tuning budgets.
 A learner leaves it unset and gets the full-size experiment.
+
+Introduced on Day 4.
 """
 
 import os
+from pathlib import Path
+
+# The repository's root: results/, tuning/, build/ and requirements.txt are found from it (the one place it is computed).
+REPO = Path(__file__).resolve().parent.parent
 
 QUICK_ENV = "TVM_COURSE_QUICK"
 

@@ -3,7 +3,7 @@
 Databases live in three places, one directory each per model, batch, CPU and core
 count (``mobilenet_v2-b1-znver4-2cores``):
 
-* ``tuning/``: shipped with the course (in git), made by ``python -m helpers.benchmark tune``;
+* ``tuning/``: shipped with the course (in git), made by ``python -m helpers.maintainers.benchmark tune``;
 * ``build/tuning/``: the learner's own, tuned on this machine in full mode;
 * ``build/tuning-quick/``: made in quick mode (``make test``, CI) with tiny budgets.
   Only quick mode reads them: a test run never becomes the learner's database.
@@ -23,6 +23,8 @@ nothing exists.
 
 ``python -m helpers.databases list`` shows them all; ``... remove`` deletes the
 learner's own and the test runs' (never the shipped ones).
+
+Introduced on Day 8.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from .build import CompiledModel
 from .errors import TuningDatabaseError
 from .models import ImportedModel
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = config.REPO
 SHIPPED_ROOT = REPO / "tuning"
 OWN_ROOT = REPO / "build" / "tuning"
 QUICK_ROOT = REPO / "build" / "tuning-quick"
@@ -49,12 +51,13 @@ SHIPPED, YOURS, TEST_RUN = "shipped", "yours", "test run"
 _NAME = re.compile(r"^(?P<model>[A-Za-z0-9_.]+)-b(?P<batch>\d+)-(?P<mcpu>.+)-(?P<cores>\d+)cores$")
 
 
-def database_dir(model: str, target: tvm.target.Target, batch: int = 1, root: Path = SHIPPED_ROOT) -> Path:
-    """Where a database for a model on a target lives under ``root``.
+def database_dir(model: str, target: tvm.target.Target, batch: int = 1, root: Path | None = None) -> Path:
+    """Where a database for a model on a target lives under ``root`` (default: ``SHIPPED_ROOT``).
 
     The name carries what a record was measured for: model, batch, the CPU LLVM
     tunes for and the core count, e.g. ``mobilenet_v2-b1-znver4-2cores``.
     """
+    root = SHIPPED_ROOT if root is None else root
     mcpu = str(target.attrs.get("mcpu", target.kind.name))
     return root / f"{model}-b{batch}-{mcpu}-{target.attrs.get('num-cores')}cores"
 
@@ -251,7 +254,7 @@ def choose(
         searched = ", ".join(str(root) for _, root in (places if places is not None else roots()))
         raise TuningDatabaseError(
             f"No tuning database for {model} at batch {batch}{wanted}, for this CPU or any other, "
-            f"in {searched}. Tune one: python -m helpers.benchmark tune {model} --stages 8 16."
+            f"in {searched}. Tune one: python -m helpers.maintainers.benchmark tune {model} --stages 8 16."
         )
     path = database_dir(model, target, batch, tune_root or own_root())
     tuning.tune(

@@ -27,6 +27,8 @@ A module compiled with these calls needs the functions registered in the
 process that runs it, also after ``export_library`` and loading elsewhere:
 ``register()`` (or importing this module) does it. Importing this module is
 all a loader needs (``python -c "import helpers.dispatch"`` plus its own code).
+
+Introduced on Day 13.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from tvm import relax
 from tvm.relax.dpl import ExternFuncPattern, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from . import ir, nchwc
-from .build import CompiledModel, load_executable
+from .build import CompiledModel, load_executable, transform_params
 from .errors import CourseError
 from .machine import cpu_target
 from .models import ImportedModel
@@ -109,7 +111,7 @@ _PACKED: dict[int, torch.Tensor] = {}
 _HANDLES = itertools.count(1)
 
 
-def pack_weight(weight: tvm.runtime.Tensor, attrs: Sequence[int]) -> tvm.runtime.Tensor:
+def pack_onednn_weight(weight: tvm.runtime.Tensor, attrs: Sequence[int]) -> tvm.runtime.Tensor:
     """Reorder one convolution's weight into oneDNN's blocked layout; return a handle to it.
 
     ``attrs``: stride h/w, padding h/w, dilation h/w, then the input's shape (N, C, H, W),
@@ -208,7 +210,7 @@ def register() -> list[str]:
             make = _packed_variant if packed else _variant
             tvm_ffi.register_global_func(name, make(bias, add, act), override=True)
             names.append(name)
-    tvm_ffi.register_global_func(PACK_WEIGHT, pack_weight, override=True)
+    tvm_ffi.register_global_func(PACK_WEIGHT, pack_onednn_weight, override=True)
     tvm_ffi.register_global_func(MAX_POOL, _max_pool2d_now, override=True)
     tvm_ffi.register_global_func(TO_NHWC, _to_nhwc_now, override=True)
     tvm_ffi.register_global_func(TO_NCHW, _to_nchw_now, override=True)
@@ -527,9 +529,7 @@ def compile_dispatched(imported: ImportedModel, target: tvm.target.Target | None
     if database is not None:  # the kernels left in TVM stay NCHW, whatever layout the database was tuned in
         return database.compile(offloaded, target, layout=nchwc.PLAIN)
     lifted = relax.transform.LiftTransformParams()(offloaded.mod)
-    compiled = load_executable(tvm.compile(lifted, target=target, relax_pipeline="default"), offloaded, target)
-    compiled.params = list(compiled.vm["main_transform_params"](compiled.params))
-    return compiled
+    return transform_params(load_executable(tvm.compile(lifted, target=target, relax_pipeline="default"), offloaded, target))
 
 
 # ------------------------------------------------------------------ operators of your own

@@ -9,6 +9,8 @@ Relax module takes ``(batch, ...)`` with ``batch`` a symbolic variable, and one
 The price: the kernels are generated for an unknown batch, so a tuner (Day 8)
 cannot specialise them to one shape. For untuned comparisons and sweeps that
 does not matter; for tuned numbers compile each shape statically.
+
+Introduced on Day 4.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import tvm
-from tvm import relax
 
-from .build import CompiledModel, device_for
+from .build import CompiledModel, device_for, load_executable
 from .errors import InputShapeError
 from .machine import cpu_target
 from .models import ImportedModel, dtype_name, export, to_relax
@@ -65,8 +66,7 @@ class DynamicBatchModel(CompiledModel):
 
     max_batch: int = 64
 
-    def to_device(self, x) -> tvm.runtime.Tensor:
-        array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    def check_input(self, array: np.ndarray) -> None:
         fixed = tuple(self.input_shape[1:])
         ok = (
             array.ndim == len(self.input_shape)
@@ -79,7 +79,6 @@ class DynamicBatchModel(CompiledModel):
                 f"This module takes (batch, {', '.join(map(str, fixed))}) {self.input_dtype} with "
                 f"1 <= batch <= {self.max_batch}, but got {tuple(array.shape)} {array.dtype}."
             )
-        return tvm.runtime.tensor(array, self.device)
 
 
 def compile_dynamic(
@@ -89,15 +88,6 @@ def compile_dynamic(
 ) -> DynamicBatchModel:
     """tvm.compile a dynamic-batch module for ``target`` (default: this CPU) and load it."""
     target = target or cpu_target()
-    device = device_for(target)
-    executable = tvm.compile(imported.mod, target=target, relax_pipeline=pipeline)
-    return DynamicBatchModel(
-        executable=executable,
-        vm=relax.VirtualMachine(executable, device),
-        device=device,
-        params=[tvm.runtime.tensor(p.numpy(), device) for p in imported.params],
-        input_shape=imported.input_shape,
-        input_dtype=imported.input_dtype,
-        target=target,
-        max_batch=imported.max_batch,
-    )
+    device_for(target)  # fail before a long compile when the device is missing
+    compiled = load_executable(tvm.compile(imported.mod, target=target, relax_pipeline=pipeline), imported, target)
+    return DynamicBatchModel(**vars(compiled), max_batch=imported.max_batch)

@@ -20,6 +20,8 @@ and cannot use a tuning database. This backend instead:
 - records what it compiled (``backend.graphs``) so a notebook can show it.
 
 Inference only: the weights are read once, when a graph is compiled.
+
+Introduced on Day 10.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class TVMBackend:
         self.target = self.target or machine.cpu_target()
         build.device_for(self.target)  # no GPU for a CUDA target: fail now, not inside Dynamo
         if self.database is not None:
-            tuning._load_database(Path(self.database))  # a clear error for a missing database
+            tuning.load_database(Path(self.database))  # a clear error for a missing database
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]) -> Callable:
         start = time.perf_counter()

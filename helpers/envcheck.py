@@ -1,4 +1,7 @@
-"""Day 0's environment check: is this machine ready for the course, and what is it?"""
+"""Day 0's environment check: is this machine ready for the course, and what is it?
+
+Introduced on Day 0.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements.txt"
+from .config import REPO
+
+REQUIREMENTS = REPO / "requirements.txt"
 # Packages whose version matters for the course to work (see requirements.txt).
 KEY_PACKAGES = ("apache-tvm", "apache-tvm-ffi", "torch", "torchvision", "nbgrader", "jupyterlab", "matplotlib")
 
@@ -54,7 +59,7 @@ def package_checks(pins: dict[str, str]) -> list[Check]:
 
 
 def machine_checks() -> list[Check]:
-    from . import machine
+    from . import machine  # (it imports TVM: the package checks above must run, and say so, where TVM is missing)
 
     cores = machine.core_count()
     ext = machine.vector_extensions()

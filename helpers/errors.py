@@ -2,6 +2,8 @@
 
 Every message says what was wrong and what to do about it, so a learner (or the
 grader's feedback) can act on it without reading a traceback.
+
+Introduced on Day 14.
 """
 
 

@@ -13,27 +13,26 @@ A deployable TVM model is a folder:
 interpreter), with its output captured, and the loader writes ``output.npy`` and
 ``run.json`` (which process ran it, with which TVM libraries, and the SHA-256 of
 the output it wrote: what proves that a fresh process made ``output.npy``).
+
+Introduced on Day 6.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import tvm
 
+from .capture import capture_stderr  # Day 6 and 13 call it as export.capture_stderr
 from .errors import CourseError
 from .models import ImportedModel
 
@@ -50,43 +49,6 @@ KERNEL_SYMBOL_PREFIX = "__tvm_ffi_"
 
 class ReloadError(CourseError, RuntimeError):
     """The fresh process could not load or run the exported model."""
-
-
-@dataclass
-class Captured:
-    """What was written to stderr inside ``capture_stderr()`` (filled in when the block ends)."""
-
-    text: str = ""
-
-    @property
-    def lines(self) -> list[str]:
-        return [line for line in self.text.splitlines() if line.strip()]
-
-
-@contextlib.contextmanager
-def capture_stderr():
-    """Capture stderr, Python's *and* the C++ library's (file descriptor 2).
-
-    TVM's C++ code logs warnings straight to file descriptor 2 (for example
-    ``export_library`` in 0.27 logs ``Scope Saving:``), which Python's
-    ``contextlib.redirect_stderr`` cannot see. In Jupyter such lines show up as
-    red stderr output, and nbgrader scores a test cell with any stderr as 0.
-    """
-    captured = Captured()
-    python_err = io.StringIO()
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            with contextlib.redirect_stderr(python_err):
-                yield captured
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            captured.text = tmp.read().decode(errors="replace") + python_err.getvalue()
 
 
 def param_names(imported: ImportedModel, function: str = "main") -> list[str]:

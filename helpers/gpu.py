@@ -8,16 +8,16 @@ and keeps the measurements, with the machine they came from, in
 ``results/gpu/`` so that Day 9 runs (from recorded data) on a machine without
 a GPU.
 
-    python -m helpers.gpu record      # on a machine with an NVIDIA GPU: measure and save
+    python -m helpers.maintainers.gpu_record   # on a machine with an NVIDIA GPU: measure and save
+
+Introduced on Day 9.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import json
-import platform
 import queue
 import threading
 import time
@@ -27,17 +27,15 @@ from pathlib import Path
 
 import torch
 import tvm
-from tvm import relax
 from tvm.s_tir import dlight as dl
 
 from . import dynamic, machine, models, peers, timing
-from .benchmark import save_record, slug
 from .build import CompiledModel, check_parity, compile_model, relative_error
-from .config import pick
+from .config import REPO, pick  # noqa: F401  (Day 9 names a recording by its path in the repository (gpu.REPO))
 from .errors import CourseError, NoGPUError
+from .results import RESULTS_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
-RECORDED_ROOT = REPO / "results" / "gpu"
+RECORDED_ROOT = RESULTS_ROOT / "gpu"
 
 # The labels of every GPU measurement the course records and plots.
 EAGER_CPU = "PyTorch eager (CPU)"
@@ -361,21 +359,6 @@ def measure_gpu_backends(
 # ------------------------------------------------------------------ records
 
 
-def gpu_machine() -> dict:
-    """The machine a GPU measurement came from: GPU, driver and CUDA versions, host CPU, libraries."""
-    info = machine.describe().as_dict()
-    info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    info["gpu_arch"] = str(machine.cuda_target().attrs["arch"]) if machine.has_gpu() else None
-    info["cuda"] = torch.version.cuda
-    info["torch"] = torch.__version__
-    info["host_cpu"] = _cpu_model_name()
-    return info
-
-
-def _cpu_model_name() -> str:
-    return machine.cpuinfo_field("model name") or platform.processor() or "unknown"
-
-
 @dataclass
 class Recorded:
     """GPU measurements kept in the repository, with where and when they were taken."""
@@ -397,18 +380,9 @@ def _timings(rows: list[dict]) -> list[timing.Timing]:
     return [timing.Timing(r["backend"], int(r["batch"]), [float(t) for t in r["times_ms"]]) for r in rows]
 
 
-def _rows(timings: Sequence[timing.Timing]) -> list[dict]:
+def recorded_rows(timings: Sequence[timing.Timing]) -> list[dict]:
+    """Timings as a recording keeps them (every time, for ``load_recorded`` to read back)."""
     return [{**t.as_record(), "times_ms": [round(v, 5) for v in t.times_ms]} for t in timings]
-
-
-def save_recorded(
-    model: str, gpu_backends: Sequence[timing.Timing], crossover: Sequence[timing.Timing], root: Path = RECORDED_ROOT
-) -> Path:
-    """Write the measurements to ``results/gpu/<model>-<gpu>.json`` with the machine they came from."""
-    info = gpu_machine()
-    path = root / f"{model}-{slug(info['gpu'] or 'no-gpu')}.json"
-    save_record(path, machine=info, model=model, gpu_backends=_rows(gpu_backends), crossover=_rows(crossover))
-    return path
 
 
 def recorded_files(model: str = "mobilenet_v2", root: Path = RECORDED_ROOT) -> list[Path]:
@@ -423,7 +397,7 @@ def load_recorded(path: str | Path | None = None, model: str = "mobilenet_v2") -
         if not files:
             raise FileNotFoundError(
                 f"No recorded GPU measurements for {model} in {RECORDED_ROOT}: on a machine with an "
-                "NVIDIA GPU, `python -m helpers.gpu record` makes them."
+                "NVIDIA GPU, `python -m helpers.maintainers.gpu_record` makes them."
             )
         path = files[0]
     path = Path(path)
@@ -436,35 +410,3 @@ def load_recorded(path: str | Path | None = None, model: str = "mobilenet_v2") -
         gpu_backends=_timings(data["gpu_backends"]),
         crossover=_timings(data["crossover"]),
     )
-
-
-# ------------------------------------------------------------------ CLI
-
-
-def record(model_name: str = "mobilenet_v2", batches: Sequence[int] = (1, 2, 4, 8, 16, 32, 64, 128)) -> Path:
-    """Measure everything Day 9 shows on this GPU machine and save it under results/gpu/."""
-    machine.require_gpu("recording GPU measurements")
-    model = models.load_model(model_name, pretrained=False)
-    print("GPU backends at batch 1 ...", flush=True)
-    gpu_backends = measure_gpu_backends(model, batch=1, repeats=100)
-    print("CPU/GPU crossover sweep ...", flush=True)
-    builds = crossover_builds(model, max_batch=max(batches))
-    crossover = measure_crossover(builds, batches, repeats=10)
-    path = save_recorded(model_name, gpu_backends, crossover)
-    print(f"saved {path}")
-    return path
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.gpu", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="measure GPU backends and the CPU/GPU sweep, save to results/gpu/")
-    rec.add_argument("--model", default="mobilenet_v2")
-    rec.add_argument("--batches", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32, 64, 128])
-    args = parser.parse_args(argv)
-    record(args.model, args.batches)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

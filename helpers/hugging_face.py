@@ -6,6 +6,8 @@ transformers 5 builds its attention mask inside ``forward``, and looks there for
 dtype, so the Relax module holds a *boolean* cumsum, which LLVM cannot add: ``tvm.compile`` stops with
 ``Check failed: (t.MatchesCode(DLDataTypeCode::kDLFloat))``. ``cumsum_as_torch`` converts ``aten.cumsum``
 with the dtype PyTorch's own result had (``torch.export`` records it on every node).
+
+Introduced on Day 14.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from tvm import relax
 
 from . import ir
 from .models import ImportedModel, dtype_name, quiet
+from .transformer import export_to_relax
 
 FAMILIES = ("gpt2", "llama")
 
@@ -76,8 +79,6 @@ CONVERTERS = {"cumsum.default": cumsum_as_torch}
 def import_model(model: LogitsOnly, ids: torch.Tensor, fixed: bool = True) -> ImportedModel:
     """``model`` on ``ids`` through torch.export into Relax, weights detached; ``fixed=False`` imports with
     TVM's own converters only (a module that does not build, see the module's docstring)."""
-    from .transformer import export_to_relax
-
     mod, params = export_to_relax(model, (ids,), custom_convert_map=CONVERTERS if fixed else None)
     return ImportedModel(mod=mod, params=params, input_shape=tuple(ids.shape), input_dtype=dtype_name(ids))
 

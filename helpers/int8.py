@@ -1,5 +1,5 @@
 """int8 dot products on the CPU's VNNI instruction (``vpdpbusd``), with a tensor intrinsic that works
-on the LLVM 22 inside TVM 0.27 (the groundwork of the planned int8 day, issue 13).
+on the LLVM 22 inside TVM 0.27: Day 12's int8 kernels (``tuning.intrinsics`` registers it for tuning).
 
 TVM 0.27 ships x86 int8 intrinsics (``tvm.s_tir.tensor_intrin.x86``) that do not work here:
 
@@ -20,6 +20,8 @@ A CPU with AVX2 and no AVX-512 VNNI (a Zen 3, a Haswell) has no ``vpdpbusd``; ``
 (pairs of those into int32), on 8 lanes. The int16 step saturates unless the activations keep to 7 bits
 (``ACTIVATION_MAX_AVX2``), so the int8 model is quantized with 0..127 there (``activation_max``), as PyTorch's
 ``reduce_range`` does for CPUs without VNNI. Without it, LLVM's own code widens every byte to 32 bits first.
+
+Introduced on Day 12.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Look inside a Relax module: which operators, how many kernels, what got fused."""
+"""Look inside a Relax module: which operators, how many kernels, what got fused.
+
+Introduced on Day 0.
+"""
 
 from __future__ import annotations
 
@@ -118,3 +121,10 @@ def op_type(kernel: str) -> str:
         if re.match(rf"{op}\d*(_|$)", name):
             return op
     return re.sub(r"\d+$", "", name.split("_")[0]) or name
+
+
+def conv_gflops(call: relax.Call) -> float:
+    """Multiply-adds of one conv2d, x2, in GFLOP: N*OC*OH*OW * (IC/groups)*KH*KW * 2 (Day 0; Day 11's operator mix)."""
+    n, oc, oh, ow = (int(d) for d in call.ty.shape)
+    _, in_per_group, kh, kw = (int(d) for d in call.args[1].ty.shape)
+    return 2.0 * n * oc * oh * ow * in_per_group * kh * kw / 1e9

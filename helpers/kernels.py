@@ -6,6 +6,8 @@ the channels are cut into blocks of ``block`` values stored innermost so that
 one vector register holds one block. Schedules are applied to it with
 ``tvm.s_tir.Schedule``; the helpers here build it, check it against PyTorch and
 time it against other versions, interleaved, as ``helpers.timing`` does.
+
+Introduced on Day 7.
 """
 
 from __future__ import annotations
@@ -23,12 +25,12 @@ import tvm
 from tvm import s_tir
 from tvm.script import tirx as T
 
+from . import machine, timing
 from .build import relative_error
 from .config import pick
 from .errors import CourseError
-from . import machine, nchwc
-from .machine import FmaThroughput, cpu_target
-from .timing import Timing
+from .machine import FmaThroughput, cpu_target, float32_lanes  # Day 7 calls kernels.float32_lanes
+from .timing import Timing, tvm_runner  # Day 7 and 13 call it as kernels.tvm_runner(lib, args)
 
 BLOCK_NAME = "conv"
 
@@ -39,11 +41,6 @@ class KernelShapeError(CourseError, ValueError):
 
 class KernelMismatchError(CourseError, AssertionError):
     """A compiled kernel whose output differs from PyTorch's on the same data."""
-
-
-def float32_lanes(target: tvm.target.Target | None = None) -> int:
-    """float32 values per vector register of the target's CPU (16 with AVX-512, 8 with AVX2)."""
-    return nchwc.block_for(target)
 
 
 def peak_gflops(cores: int, ghz: float, lanes: int, fma_units: int) -> float:
@@ -268,45 +265,19 @@ def check(lib: tvm.runtime.Module, problem: PointwiseProblem, block: int | None,
     return error
 
 
-def tvm_runner(lib: tvm.runtime.Module, args: list) -> Callable[[], object]:
-    """A zero-argument call of a compiled kernel on arguments already on the device."""
-    fn = lib["main"]
-    return lambda: fn(*args)
-
-
 def measure(
     runners: Mapping[str, Callable[[], object]],
     repeats: int | None = None,
     min_sample_ms: float | None = None,
 ) -> list[Timing]:
-    """Milliseconds per call of each runner, interleaved round by round.
+    """Milliseconds per call of each runner, interleaved round by round: ``timing.measure`` with samples.
 
     A kernel call can take microseconds, shorter than the timer is honest for, so
     each sample times a batch of back-to-back calls (enough to last ``min_sample_ms``
     for that runner, sized on a calibration call) and records the time per call.
     """
-    repeats = pick(15, 7) if repeats is None else repeats
-    min_sample_ms = pick(20.0, 8.0) if min_sample_ms is None else min_sample_ms
-    if repeats < 1:
-        raise ValueError(f"repeats must be at least 1, got {repeats}")
-    number: dict[str, int] = {}
-    for name, fn in runners.items():
-        # Warm up for a while, not for one call: a library whose threads went to sleep (PyTorch's
-        # pool after ~10 ms idle) wakes slowly, and one slow call would size the samples wrong.
-        calls, start = 0, time.perf_counter()
-        while calls < 3 or (time.perf_counter() - start) * 1000.0 < min_sample_ms:
-            fn()
-            calls += 1
-        once_ms = max((time.perf_counter() - start) * 1000.0 / calls, 1e-3)
-        number[name] = max(1, min(10_000, int(min_sample_ms / once_ms)))
-    times: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(repeats):
-        for name, fn in runners.items():
-            start = time.perf_counter()
-            for _ in range(number[name]):
-                fn()
-            times[name].append((time.perf_counter() - start) * 1000.0 / number[name])
-    return [Timing(name, 1, t) for name, t in times.items()]
+    return timing.measure(runners, repeats=pick(15, 7) if repeats is None else repeats,
+                          min_sample_ms=pick(20.0, 8.0) if min_sample_ms is None else min_sample_ms)
 
 
 def memory_bandwidth_gbs(megabytes: int | None = None, repeats: int | None = None) -> float:

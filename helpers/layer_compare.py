@@ -18,6 +18,8 @@ PyTorch with Inductor's freezing, the fastest PyTorch, is read the same way (``f
 ``torch.profiler``): one oneDNN call per convolution, BatchNorm folded into its weights and the
 activation and a residual add fused in. It is the one peer on a CPU class imitated on a larger CPU,
 where ONNX Runtime cannot be held to the smaller class's vectors.
+
+Introduced on Day 11.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import torch
 
 from .build import CompiledModel
 from .ir import op_type
+from .peers import FROZEN, ORT, onnx_runtime_session
 from .profiling import BUILTIN_PREFIX, ordered_calls
 
 
@@ -150,18 +153,8 @@ def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 
     """ONNX Runtime's nodes as its profiler timed them (the session ``peers.onnx_runtime_runner``
     builds, profiling on), medians of ``repeats`` runs after one warm-up; a ``Conv`` node's weight
     gives its kernel size and groups."""
-    import onnxruntime as ort
-
-    from .peers import ORT, onnx_export
-
     with tempfile.TemporaryDirectory() as tmp:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = torch.get_num_threads()
-        options.inter_op_num_threads = 1
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tmp) / "ort")
-        session = ort.InferenceSession(onnx_export(model, x), options, providers=["CPUExecutionProvider"])
+        session = onnx_runtime_session(model, x, profile_prefix=str(Path(tmp) / "ort"))
         feed = {session.get_inputs()[0].name: x.numpy()}
         for _ in range(repeats + 1):
             session.run(None, feed)
@@ -210,8 +203,6 @@ def frozen_pytorch_layers(run: Callable[[], object], repeats: int = 5) -> Engine
     kernels, which the profiler does not name: "the rest" is the compiled graph's time less its named calls."""
     from torch.profiler import ProfilerActivity, profile
 
-    from .peers import FROZEN
-
     for _ in range(3):
         run()
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -237,8 +228,6 @@ def against_peers(compiled: CompiledModel, model: torch.nn.Module, x: torch.Tens
     layer profile, freezing's and ONNX Runtime's: ``{peer: table(...)}``, TVM profiled once. ONNX Runtime
     goes last: its threads spin after each run and slow whatever runs next (freezing's calls summed to
     7.4 ms on MobileNetV2 against 5.7 end to end when profiled after it), and its session ends with it."""
-    from .peers import FROZEN, ORT
-
     if FROZEN not in runners and ORT not in runners:
         return {}
     ours = tvm_layers(compiled, x, repeats)

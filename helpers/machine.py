@@ -2,6 +2,8 @@
 
 LLVM 22 in the pip wheel turns ``mcpu=native`` into ``generic`` (no AVX-512),
 so the target always names the real CPU as LLVM reports it.
+
+Introduced on Day 0.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import tvm
 from tvm.target import codegen
 
+from .config import REPO
 from .errors import NoGPUError
 
 # The instruction-set extensions a learner should look for, widest first.
@@ -101,6 +104,11 @@ def vector_width_bits(target: tvm.target.Target | None = None) -> int:
     """Widest SIMD register the target's CPU has, in bits (512 with AVX-512, 256 with AVX2)."""
     feats = cpu_features(target)
     return next((bits for feat, bits in WIDTH_BY_FEATURE if feat in feats), 64)
+
+
+def float32_lanes(target: tvm.target.Target | None = None) -> int:
+    """float32 values per vector register of the target's CPU (16 with AVX-512, 8 with AVX2)."""
+    return vector_width_bits(target) // 32
 
 
 def vector_extensions(target: tvm.target.Target | None = None) -> list[str]:
@@ -306,3 +314,63 @@ def describe() -> MachineInfo:
         vector_extensions=vector_extensions(),
         gpu=gpu_name(),
     )
+
+
+# ------------------------------------------------------- a smaller CPU class, imitated on this one
+
+# The widest vectors PyTorch may use, by the target's widest extension: (ATen's capability, oneDNN's ISA).
+TORCH_ISA = (("avx512f", "avx512", "AVX512_CORE"), ("avx2", "avx2", "AVX2"))
+AVX2_CPUS = ("znver3", "haswell")  # an AMD and an Intel AVX2 CPU class, tried in this order
+# LLVM lists tuning hints among a CPU's features ("prefer-256-bit", "slow-3ops-lea"): no instruction depends on them.
+TUNING_FLAGS = ("allow-light-", "branchfusion", "ermsb", "false-deps-", "fast-", "faster-", "idiv", "insert-vzeroupper",
+                "lea-", "macrofusion", "no-bypass-delay", "pad-short-", "prefer-", "sbb-dep", "slow-", "tuning-", "use-")
+
+
+def missing_instructions(mcpu: str) -> list[str]:
+    """The instructions a CPU of kind ``mcpu`` has and this one lacks (empty: this CPU can imitate it)."""
+    known = {str(name) for name in codegen.llvm_get_cpu_archlist(cpu_target())}
+    if mcpu not in known:
+        raise ValueError(f"LLVM does not know a CPU called {mcpu!r}: use an LLVM name such as znver3 or haswell.")
+    wanted = cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu}))
+    return sorted(f for f in wanted - cpu_features() if not f.startswith(TUNING_FLAGS))
+
+
+def avx2_stand_in() -> str | None:
+    """An AVX2 CPU class this one can imitate: ``znver3`` on an AMD CPU, ``haswell`` on an Intel one
+    (neither vendor's CPUs have all of the other's instructions); None on a CPU without AVX2."""
+    return next((mcpu for mcpu in AVX2_CPUS if not missing_instructions(mcpu)), None)
+
+
+def imitated_target(mcpu: str) -> tvm.target.Target:
+    """The target of a CPU of kind ``mcpu``, to be run on this one, with PyTorch held to its vector width.
+
+    Only a CPU whose instructions this one has can be imitated (a Zen 3 on a Zen 5, not the reverse;
+    a Haswell, not a Zen 3, on an Intel Xeon); PyTorch must not have run an operator yet, or it keeps
+    the ISA it picked then. The instructions are that CPU's; the cores, caches and clock stay this one's.
+    """
+    missing = missing_instructions(mcpu)
+    if missing:
+        stand_in = avx2_stand_in()
+        raise ValueError(f"This {cpu_name()} lacks instructions {mcpu} has ({', '.join(missing[:5])}...): "
+                         "it can only imitate a CPU whose instructions it has"
+                         + (f" (for AVX2, try {stand_in})." if stand_in else "."))
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": core_count()})
+    wanted = cpu_features(target)
+    aten, onednn = next(((a, o) for feat, a, o in TORCH_ISA if feat in wanted), ("default", "SSE41"))
+    os.environ["ATEN_CPU_CAPABILITY"], os.environ["ONEDNN_MAX_CPU_ISA"] = aten, onednn
+    # Inductor's cache does not key its kernels by ATEN_CPU_CAPABILITY: served the host ISA's kernels,
+    # torch.compile of MobileNetV2 under avx2 gave a relative error of 8e8 (measured on a Zen 5).
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(REPO / "build" / f"torchinductor-{aten}")
+    return target
+
+
+def is_imitated(target: tvm.target.Target) -> bool:
+    """Whether ``target`` is another CPU class imitated on this one (``imitated_target``)."""
+    return str(target.attrs.get("mcpu")) != cpu_name()
+
+
+def target_for(mcpu: str | None) -> tvm.target.Target:
+    """This CPU's target, or (``mcpu``) that of a CPU class imitated on this one, PyTorch held to its vectors."""
+    if not mcpu or mcpu == cpu_name():
+        return cpu_target()
+    return imitated_target(mcpu)

@@ -4,16 +4,17 @@ Pretrained weights are used when they can be had (downloaded or already in the
 torch hub cache). Where they cannot (no network, as in CI), the model gets
 seeded random weights and says so: TVM is always checked against PyTorch on the
 same weights, so correctness and speed lessons hold either way.
+
+Introduced on Day 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import io
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,8 +28,6 @@ from tvm.relax.frontend.torch import from_exported_program
 from . import cache
 from .errors import ExportError, InputShapeError, UnknownModelError
 
-# The course's models. Any torchvision classification model also works.
-COURSE_MODELS = ("mobilenet_v2", "resnet18", "resnet50", "efficientnet_b0")
 IMAGE_SIZE = 224
 
 
@@ -239,7 +238,7 @@ def import_to_relax(model: torch.nn.Module, example: torch.Tensor) -> ImportedMo
     if not isinstance(example, torch.Tensor):
         raise InputShapeError(f"The example input must be a torch.Tensor, got {type(example).__name__}.")
     shape, dtype = tuple(example.shape), dtype_name(example)
-    folder = kept_for_tests("import", model, (shape, dtype), Path(__file__), lambda out: _save_import(model, example, out))
+    folder = cache.kept_for_tests("import", model, (shape, dtype), Path(__file__), lambda out: _save_import(model, example, out))
     if folder is None:
         mod, params = to_relax(export(model, example))
         return ImportedModel(mod=mod, params=params, input_shape=shape, input_dtype=dtype)
@@ -263,44 +262,13 @@ def _save_import(model: torch.nn.Module, example: torch.Tensor, folder: Path) ->
     np.savez(folder / "params.npz", **{f"p{i}": p.numpy() for i, p in enumerate(params)})
 
 
-def kept_for_tests(name: str, model: torch.nn.Module, parts: tuple, code: Path,
-                   write: Callable[[Path], None]) -> Path | None:
-    """The folder where ``write`` left what it made of ``model`` (and of ``parts``, the input's shape and
-    type), kept in the suite's cache (``cache.for_tests``) once per ``fingerprint``, parts and contents of
-    ``code`` (the file that makes it). None outside the suite, or for a model whose fingerprint is unknown:
-    then the caller does the work (and nothing is hashed)."""
-    found = fingerprint(model) if cache.for_tests() else None
-    if found is None:
-        return None
-    key = cache.key(name, found, *parts, cache.file_digest([code]), torch.__version__)
-    return cache.load_or_compute_files(name, key, write)
-
-
-def fingerprint(model: torch.nn.Module) -> str | None:
-    """A digest of everything torch.export reads from ``model``, or None where that cannot be known.
-
-    Known: a model whose every layer is a class of torch or torchvision (their code is fixed by the
-    installed versions) and whose instances keep their class's ``forward``; the digest covers the layer
-    tree with its settings (``repr``), train/eval mode and every weight and buffer. A layer of any other
-    class (a learner's own, whose code may change between runs) makes it unknown.
-    """
-    digest = hashlib.sha256(repr(model).encode())
-    for module in model.modules():
-        if not type(module).__module__.startswith(("torch.nn.", "torchvision.")) or "forward" in vars(module):
-            return None
-        digest.update(b"T" if module.training else b"E")
-    for name, tensor in model.state_dict().items():
-        if not isinstance(tensor, torch.Tensor) or tensor.is_quantized:
-            return None
-        value = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
-        digest.update(value.numpy().tobytes() if value.dtype != torch.bfloat16 else value.float().numpy().tobytes())
-    return digest.hexdigest()
-
-
-def to_relax(program: torch.export.ExportedProgram) -> tuple[tvm.IRModule, list]:
-    """An exported program as a Relax module, its weights detached: (module, weights of main)."""
-    mod = from_exported_program(program, keep_params_as_input=True)
+def to_relax(program: torch.export.ExportedProgram, decompose: bool = True,
+             custom_convert_map: dict | None = None) -> tuple[tvm.IRModule, list]:
+    """An exported program as a Relax module, its weights detached: (module, weights of main). The course's one
+    road from torch.export to Relax. ``decompose=False`` keeps ``R.nn.attention`` whole (Day 14);
+    ``custom_convert_map`` replaces the importer's converters of some operators (``hugging_face``)."""
+    mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=decompose,
+                                custom_convert_map=custom_convert_map)
     mod, params = relax.frontend.detach_params(mod)
     return mod, list(params.get("main", []))
 

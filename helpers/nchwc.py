@@ -9,6 +9,8 @@ legalization: Relax's ``ConvertLayout`` moves every convolution whose channel co
 element-wise work after it (BatchNorm's arithmetic, ReLU6, residual adds), so layout transforms remain
 only where a convolution cannot be blocked (MobileNetV2's first one, on 3 channels). TOPI has no
 legalization for blocked convolutions in Relax, so ``legalize_conv2d`` supplies one.
+
+Introduced on Day 7.
 """
 
 from __future__ import annotations
@@ -22,16 +24,17 @@ from tvm import relax, s_tir, te, topi
 from tvm.relax.transform.legalize_ops import nn as _default_nn
 from tvm.s_tir import meta_schedule as ms
 
-from .machine import vector_width_bits
+from . import build
+from .machine import cpu_target, float32_lanes
 
 PLAIN = "NCHW"
 _BLOCKED = re.compile(r"NCHW(\d+)c")
 
 
 def block_for(target: tvm.target.Target | None = None) -> int:
-    """The channel block that fills one vector register on ``target`` (default: this CPU): 16 floats with
-    AVX-512, 8 with AVX2. ``kernels.float32_lanes`` is the same number, for one kernel."""
-    return vector_width_bits(target) // 32
+    """The channel block that fills one vector register on ``target`` (default: this CPU): its
+    ``machine.float32_lanes``, 16 floats with AVX-512, 8 with AVX2."""
+    return float32_lanes(target)
 
 
 def layout_name(block: int) -> str:
@@ -158,6 +161,20 @@ def legalize_conv2d(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
 def legalize_map(layout: str) -> dict | None:
     """``LegalizeOps``' ``customize_legalize_map`` for ``layout`` (None: TVM's own rules)."""
     return None if block_of(layout) is None else {"relax.nn.conv2d": legalize_conv2d}
+
+
+def fusion_passes(target: tvm.target.Target | None = None, layout: str = PLAIN) -> list[tvm.transform.Pass]:
+    """``build.fusion_passes`` with the convolutions' activations in ``layout`` (``NCHW16c``: channel blocks)
+    first; with ``NCHW``, exactly Day 2's. Run the returned passes under ``with target:``."""
+    return build.fusion_passes(target, before_legalize=layout_passes(layout), legalize_map=legalize_map(layout))
+
+
+def fuse(mod: tvm.IRModule, target: tvm.target.Target | None = None, layout: str = PLAIN) -> tvm.IRModule:
+    """``mod`` legalized and fused into kernels for ``target`` (default: this CPU), its convolutions in ``layout``:
+    the form tuning works on (``tuning.prepare``)."""
+    target = target or cpu_target()
+    with target:
+        return tvm.transform.Sequential(fusion_passes(target, layout))(mod)
 
 
 # ------------------------------------------------------------------ Day 7's schedule, tuned

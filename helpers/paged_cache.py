@@ -11,6 +11,8 @@ torch.export cannot thread a runtime object through a PyTorch model, so the mode
 with ``relax.frontend.nn``, TVM's own PyTorch-like modules, with the same layers and parameter names
 as ``transformer.TinyGPT``: the PyTorch model's weights load as they are, and the two are checked
 against each other.
+
+Introduced on Day 14.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .transformer import DecodeStep, GPTConfig, PrefillStep, TinyGPT
 PAGE_SIZE = 16  # tokens per page
 SEQUENCE = 0  # the one sequence the course's cache holds
 ROPE_NONE = 0  # RopeMode.NONE: TinyGPT learns its positions (GPT-2), the cache rotates nothing
-TOKEN_DTYPE = "int32"  # what nn.Embedding's lookup takes here
+PAGED_TOKEN_DTYPE = "int32"  # what nn.Embedding's lookup takes here
 LABEL = "TVM decode, paged cache"  # its decoding step, in tables beside transformer's
 
 
@@ -97,9 +99,9 @@ class PagedGPT(nn.Module):
         weights = {"param_mode": "packed", "effect_mode": "none"}  # the weights as one tuple argument
         cache = nn.spec.Object(object_type=PagedKVCache)
         return nn.spec.ModuleSpec.from_raw({
-            "prefill": {"ids": nn.spec.Tensor(["length"], TOKEN_DTYPE), "positions": nn.spec.Tensor(["length"], TOKEN_DTYPE),
+            "prefill": {"ids": nn.spec.Tensor(["length"], PAGED_TOKEN_DTYPE), "positions": nn.spec.Tensor(["length"], PAGED_TOKEN_DTYPE),
                         "cache": cache, "$": weights},
-            "decode": {"ids": nn.spec.Tensor([1], TOKEN_DTYPE), "positions": nn.spec.Tensor([1], TOKEN_DTYPE),
+            "decode": {"ids": nn.spec.Tensor([1], PAGED_TOKEN_DTYPE), "positions": nn.spec.Tensor([1], PAGED_TOKEN_DTYPE),
                        "cache": cache, "$": weights},
             "create_cache": {"max_batch_size": int, "max_total_seq_len": int, "prefill_chunk_size": int,
                              "page_size": int, "$": {"param_mode": "none", "effect_mode": "none"}},
@@ -140,11 +142,11 @@ class PagedDecoder:
 
     def run(self, function: str, ids, start: int, cache) -> np.ndarray:
         """Tokens ``ids`` at positions ``start, start + 1, ...`` through ``function``, appended to ``cache``."""
-        ids = np.asarray(ids, dtype=TOKEN_DTYPE).reshape(-1)
+        ids = np.asarray(ids, dtype=PAGED_TOKEN_DTYPE).reshape(-1)
         if ids.size < 1 or start + ids.size > self.config.max_len:
             raise InputShapeError(f"The cache holds {self.config.max_len} positions: {ids.size} token(s) from "
                                   f"position {start} do not fit.")
-        positions = np.arange(start, start + ids.size, dtype=TOKEN_DTYPE)
+        positions = np.arange(start, start + ids.size, dtype=PAGED_TOKEN_DTYPE)
         _builtin("kv_state_begin_forward")(cache, ShapeTuple([SEQUENCE]), ShapeTuple([ids.size]))
         logits, _ = self.vm[function](tvm.runtime.tensor(ids, self.device), tvm.runtime.tensor(positions, self.device),
                                       cache, self.params)

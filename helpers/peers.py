@@ -4,6 +4,8 @@
 ran MobileNetV2 2.4x faster with torch.compile than eager): tuned TVM is compared with the fastest
 of PyTorch eager, torch.compile, torch.compile with Inductor's freezing and ONNX Runtime, each
 checked against eager on the same input before it is timed.
+
+Introduced on Day 4.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import numpy as np
 import torch
 
 from .build import relative_error
+from .cache import kept_for_tests
 from .config import pick
 from .errors import ParityError
-from .models import kept_for_tests
 from .timing import Timing, torch_runner, unreliable
 
 EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
 PYTORCH = (EAGER, COMPILED, FROZEN)
 ENGINES = (*PYTORCH, ORT)
+# TVM's builds, as the course's tables label them beside the peers (Day 4's table, Day 11's zoo, the benchmark).
+UNTUNED, TUNED = "TVM untuned", "TVM tuned"
 RTOL = 1e-4  # the tolerance TVM's builds are held to (build.check_parity)
 
 
@@ -81,22 +85,30 @@ def compiled_runner(model: torch.nn.Module, x: torch.Tensor, freezing: bool = Fa
     return run, time.perf_counter() - start
 
 
+def onnx_runtime_session(model: torch.nn.Module, x: torch.Tensor, profile_prefix: str | None = None):
+    """``model`` exported to ONNX (``onnx_export``) in an ONNX Runtime session on the CPU: all graph
+    optimizations, PyTorch's thread count; with ``profile_prefix``, its profiler on, writing there
+    (``layer_compare.onnx_runtime_layers``). The one way the course sets ONNX Runtime up."""
+    import onnxruntime as ort  # (a second of import, for the one peer that needs it)
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = torch.get_num_threads()  # the threads PyTorch and TVM get
+    options.inter_op_num_threads = 1
+    if profile_prefix is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(onnx_export(model, x), options, providers=["CPUExecutionProvider"])
+
+
 def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], object], float]:
     """ONNX Runtime on the CPU, all graph optimizations, PyTorch's thread count: (runner, export + load seconds).
 
     Raises ``PeerUnavailable`` when the model does not export to ONNX or ONNX Runtime cannot load it.
     """
-    import onnxruntime as ort
-
     start = time.perf_counter()
     try:
-        proto = onnx_export(model, x)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = torch.get_num_threads()  # the threads PyTorch and TVM get
-        options.inter_op_num_threads = 1
-        session = ort.InferenceSession(proto, options,
-                                       providers=["CPUExecutionProvider"])
+        session = onnx_runtime_session(model, x)
     except Exception as err:  # any exporter or loader failure: the peer is absent, with the reason
         raise PeerUnavailable(why_missing(ORT, err)) from err
     seconds = time.perf_counter() - start

@@ -1,15 +1,20 @@
-"""The course's plots: every one with a title, labelled axes and units."""
+"""The course's plots: every one with a title, labelled axes and units.
+
+Introduced on Day 4.
+"""
 
 from __future__ import annotations
 
 import textwrap
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 
-from .profiling import Profile
-from .timing import Timing
+if TYPE_CHECKING:  # for annotations only: plotting loads neither torch nor TVM
+    from .profiling import Profile
+    from .timing import Timing
 
 
 def _by_backend(timings: Sequence[Timing]) -> dict[str, list[Timing]]:
@@ -212,7 +217,7 @@ def plot_roofline(peak_gflops: float, bandwidth_gbs: float, points: dict[str, tu
 def plot_tuning_curve(points: Sequence[dict], title: str = "Tuning: end-to-end latency against tuning time"):
     """Tuned latency after each tuning budget, against the eager latency measured beside it.
 
-    ``points`` are the records of a tuning curve (``helpers.benchmark``): each has
+    ``points`` are the records of a tuning curve (``helpers.results.read_curve``): each has
     ``tuning_s``, ``trials_per_task``, ``tuned_ms``, ``eager_ms`` and their IQRs.
     Eager is drawn per point because it was re-measured in the same run each time.
     """
@@ -240,7 +245,7 @@ def plot_tuning_curve(points: Sequence[dict], title: str = "Tuning: end-to-end l
 def plot_transfer_study(rows: Sequence[dict], title: str = "A tuning database on another CPU"):
     """Each way of building the model against eager PyTorch, with the minutes of tuning it cost here.
 
-    ``rows`` are the records of ``helpers.transfer_study``: ``arm``, ``median_ms``,
+    ``rows`` are the records of a transfer study (``helpers.transfer_study``): ``arm``, ``median_ms``,
     ``iqr_ms`` and, for TVM's builds, ``tuning_min``. Bars are latencies measured
     in one interleaved run; eager's is the dashed line to beat.
     """

@@ -16,6 +16,8 @@ Pointwise convolutions carry most of MobileNetV2's arithmetic and are matrix pro
 NHWC, the layout ``vpdpbusd`` wants (4 consecutive input channels, 16 consecutive output
 channels). Depthwise convolutions (9 products per output, no reduction over channels for
 the instruction to work on), the stem and the classifier stay float32.
+
+Introduced on Day 12.
 """
 
 from __future__ import annotations
@@ -343,36 +345,6 @@ def quantized_model(example: torch.Tensor | None = None, target: tvm.target.Targ
     ranges = calibrate(folded, calibration_inputs())
     example = models.example_input() if example is None else example
     return model, quantize_pointwise_convs(models.import_to_relax(folded, example), ranges, target=target), ranges
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m helpers.quantize tune TRIALS``: tune the int8 model into the shipped databases (tuning/)."""
-    import argparse
-
-    from . import databases, machine, tuning
-
-    parser = argparse.ArgumentParser(prog="python -m helpers.quantize")
-    sub = parser.add_subparsers(dest="command", required=True)
-    tune = sub.add_parser("tune", help="tune the int8 MobileNetV2 for this CPU into tuning/")
-    tune.add_argument("trials", type=int, help="trials per kernel")
-    tune.add_argument("--mcpu", default=None, help="tune for a CPU class this one can run (e.g. haswell: AVX2)")
-    args = parser.parse_args(argv)
-    if args.mcpu:
-        from .transfer_study import emulated_target
-
-        target = emulated_target(args.mcpu)
-    else:
-        target = machine.cpu_target()
-    _, quantized, _ = quantized_model(target=target)
-    work_dir = databases.database_dir(database_model(target), target)
-    tuning.tune(quantized.mod, target, work_dir, max_trials_per_task=args.trials, space_for=space_for(target))
-    kept = tuning.prune_database(work_dir)
-    print(f"{work_dir}: {kept} records kept (the best per kernel)")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 # ------------------------------------------------------------------ measuring the error

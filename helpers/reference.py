@@ -6,6 +6,8 @@ the same cell gave at full size on the machines recorded in ``results/reference/
 per machine, CPU named as TVM names it). The value measured here also travels in the output's
 metadata, so that a maintainer can harvest a full-size execution of every day into a new
 reference file (docs/maintainers.md, "Editing a day").
+
+Introduced on Day 0.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from . import config
 
-REFERENCE_ROOT = Path(__file__).resolve().parent.parent / "results" / "reference"
+REFERENCE_ROOT = config.REPO / "results" / "reference"
 METADATA_KEY = "tvm-course-reference"
 
 

@@ -14,6 +14,8 @@ In a classroom::
 
 Then ``tune(mod, target, work_dir, trials, tracker="HOST:9190", key="znver5")``. Servers must
 have the same CPU as the target (the key says which), and the same TVM.
+
+Introduced on Day 8.
 """
 
 from __future__ import annotations

@@ -21,6 +21,8 @@ each backend in blocks of ``PEER_BLOCK`` calls after ``PEER_SETTLE_S`` of untime
 of its own: there all three measured what they measure alone (eager 10.0 against 10.1 ms,
 ONNX Runtime 2.8 against 2.8, TVM 6.7 against 6.6), and the blocks still alternate, so a
 burst of other work is spread over every backend.
+
+Introduced on Day 2.
 """
 
 from __future__ import annotations
@@ -31,13 +33,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .build import CompiledModel
 from .config import pick
+
+if TYPE_CHECKING:  # for annotations only: timing runs whatever has to_device and run_on_device
+    import tvm
+
+    from .build import CompiledModel
 
 
 @dataclass(frozen=True)
@@ -125,6 +131,7 @@ def measure(
     settle: bool = True,
     settle_s: float = 0.0,
     block: int = 1,
+    min_sample_ms: float | None = None,
 ) -> list[Timing]:
     """Time each zero-argument callable, interleaved round by round.
 
@@ -134,12 +141,19 @@ def measure(
     calls take under ``SETTLE_LIMIT_S`` follows one untimed call of the same
     backend, or as many as take ``settle_s`` seconds (see the module's docstring for why).
     ``block`` times that many calls of a backend in a row per round (the last round may time fewer).
+
+    ``min_sample_ms`` is for calls shorter than the timer is honest for (one kernel: microseconds): each
+    sample then times back-to-back calls of a backend, enough to last that long (sized on a warm-up of at
+    least as long and three calls), and records the time per call; ``warmup``, ``settle`` and ``block`` do
+    not apply, and ``sync`` runs once per sample.
     """
     warmup = pick(3, 1) if warmup is None else warmup
     repeats = pick(20, 5) if repeats is None else repeats
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}.")
     sync = sync or (lambda: None)
+    if min_sample_ms is not None:
+        return _measure_samples(backends, batch, repeats, sync, min_sample_ms)
 
     def call(fn) -> float:
         start = time.perf_counter()
@@ -167,6 +181,31 @@ def measure(
                 times[name].append(seconds * 1000.0)
                 if seconds > SETTLE_LIMIT_S:
                     unsettled.add(name)
+    return [Timing(name, batch, t) for name, t in times.items()]
+
+
+def _measure_samples(backends: Mapping[str, Callable[[], object]], batch: int, repeats: int,
+                     sync: Callable[[], None], min_sample_ms: float) -> list[Timing]:
+    """``measure`` with samples of back-to-back calls, each lasting at least ``min_sample_ms``."""
+    number: dict[str, int] = {}
+    for name, fn in backends.items():
+        # Warm up for a while, not for one call: a library whose threads went to sleep (PyTorch's
+        # pool after ~10 ms idle) wakes slowly, and one slow call would size the samples wrong.
+        calls, start = 0, time.perf_counter()
+        while calls < 3 or (time.perf_counter() - start) * 1000.0 < min_sample_ms:
+            fn()
+            calls += 1
+        sync()
+        once_ms = max((time.perf_counter() - start) * 1000.0 / calls, 1e-3)
+        number[name] = max(1, min(10_000, int(min_sample_ms / once_ms)))
+    times: dict[str, list[float]] = {name: [] for name in backends}
+    for _ in range(repeats):
+        for name, fn in backends.items():
+            start = time.perf_counter()
+            for _ in range(number[name]):
+                fn()
+            sync()
+            times[name].append((time.perf_counter() - start) * 1000.0 / number[name])
     return [Timing(name, batch, t) for name, t in times.items()]
 
 
@@ -199,8 +238,13 @@ def torch_runner(model: torch.nn.Module, x: torch.Tensor) -> Callable[[], object
     return run
 
 
-def tvm_runner(compiled: CompiledModel, x) -> Callable[[], object]:
-    """A zero-argument call of a compiled TVM model; the input is copied to the device once."""
+def tvm_runner(compiled: CompiledModel | tvm.runtime.Module, x) -> Callable[[], object]:
+    """A zero-argument call of compiled TVM code: a model (``build.CompiledModel``), its input ``x`` copied to
+    the device once, each call synced; or one compiled kernel (a runtime module, Day 7), called on its
+    arguments ``x``, already on the device."""
+    if not hasattr(compiled, "run_on_device"):
+        fn = compiled["main"]
+        return lambda: fn(*x)
     on_device = compiled.to_device(x)
 
     def run():

@@ -15,11 +15,12 @@ a growing past. Three ways to compile for that, each with its price:
 The model is GPT-2's layout (pre-LayerNorm blocks, learned positions, a GELU MLP) at a size that
 compiles in seconds, with seeded random weights: nothing is downloaded, and speed and parity do not
 depend on the weights.
+
+Introduced on Day 14.
 """
 
 from __future__ import annotations
 
-import argparse
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -30,13 +31,12 @@ import torch.nn.functional as F
 import tvm
 from torch import nn
 from tvm import relax
-from tvm.relax.frontend.torch import from_exported_program
 
-from . import databases, peers, timing, tuning
+from . import databases, peers, timing
 from .build import CompiledModel, device_for, load_executable, relative_error
 from .errors import CourseError, InputShapeError, ParityError
 from .machine import cpu_target
-from .models import ImportedModel, torch_logs_held
+from .models import ImportedModel, to_relax, torch_logs_held
 
 TOKEN_DTYPE = "int64"
 DYNAMIC, TUNED_BUCKET, SYMBOLIC = "torch.compile (dynamic)", "TVM bucket, tuned", "TVM, symbolic length"
@@ -174,12 +174,9 @@ def export_to_relax(module: nn.Module, inputs: tuple, dynamic_shapes=None, decom
             custom_convert_map: dict | None = None) -> tuple[tvm.IRModule, list]:
     """torch.export -> Relax with the weights detached; ``decompose=False`` keeps ``R.nn.attention`` whole;
     ``custom_convert_map`` replaces the importer's converters of some operators (``hugging_face``)."""
-    with torch.no_grad(), torch_logs_held():
+    with torch.no_grad(), torch_logs_held():  # several inputs (the decoding step's cache): models.export takes one
         program = torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
-    mod = from_exported_program(program, keep_params_as_input=True, run_ep_decomposition=decompose,
-                                custom_convert_map=custom_convert_map)
-    mod, params = relax.frontend.detach_params(mod)
-    return mod, list(params.get("main", []))
+    return to_relax(program, decompose, custom_convert_map)
 
 
 def import_prefill(model: TinyGPT, length: int | None = None, decompose: bool = True) -> ImportedModel:
@@ -248,15 +245,13 @@ class SymbolicLengthModel(CompiledModel):
 
     bounds: tuple[int, int] = (2, 256)
 
-    def to_device(self, x) -> tvm.runtime.Tensor:
-        array = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    def check_input(self, array: np.ndarray) -> None:
         low, high = self.bounds
         if array.ndim != 2 or array.shape[0] != 1 or str(array.dtype) != TOKEN_DTYPE or not low <= array.shape[1] <= high:
             raise InputShapeError(
                 f"This module takes (1, length) {TOKEN_DTYPE} token ids with {low} <= length <= {high}, "
                 f"but got {tuple(array.shape)} {array.dtype}."
             )
-        return tvm.runtime.tensor(array, self.device)
 
 
 def compile_symbolic(imported: ImportedModel, target: tvm.target.Target | None = None) -> SymbolicLengthModel:
@@ -427,30 +422,6 @@ def bucket_name(length: int) -> str:
     return f"{BUCKET_PREFIX}{length}"
 
 
-def tune_bucket(length: int, trials_per_task: int, target: tvm.target.Target | None = None) -> str:
-    """Tune the default TinyGPT's prefill bound to ``length`` into the shipped databases (kept: best per kernel)."""
-    target = target or cpu_target()
-    bucket = bind_length(import_prefill(TinyGPT()), length)
-    return _tune_and_ship(bucket, bucket_name(length), trials_per_task, target, static_kernels_only=False)
-
-
-def tune_decode(trials_per_task: int, target: tvm.target.Target | None = None) -> str:
-    """Tune the static kernels of the default TinyGPT's decoding step (its matmuls on one token) into the
-    shipped databases; the kernels over the symbolic past keep TVM's default code."""
-    target = target or cpu_target()
-    return _tune_and_ship(import_decode(TinyGPT()), DECODE_NAME, trials_per_task, target, static_kernels_only=True)
-
-
-def _tune_and_ship(imported: ImportedModel, name: str, trials_per_task: int, target: tvm.target.Target,
-                   static_kernels_only: bool) -> str:
-    """Weights are prepacked for a static module only: with symbolic dimensions it computes wrong numbers."""
-    work_dir = databases.database_dir(name, target)
-    tuning.tune(imported.mod, target, work_dir, max_trials_per_task=trials_per_task, prepack=not static_kernels_only,
-                static_kernels_only=static_kernels_only)
-    tuning.prune_database(work_dir, keep=1)
-    return str(work_dir)
-
-
 # ------------------------------------------------------------------ builds and peers shown step by step (Day 14)
 
 
@@ -590,20 +561,3 @@ def step_runners(model: TinyGPT, decoders: dict, past: int, token: int = 7) -> d
         runners[label] = decoder.step_runner(prompt.numpy(), token, (keys, values))
     return runners
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Tune Day 14's shipped databases into tuning/: a TinyGPT prefill "
-                                                 "bucket, or the static kernels of its decoding step.")
-    parser.add_argument("command", choices=["tune-prefill", "tune-decode"])
-    parser.add_argument("--length", type=int, default=BUCKET, help="the prefill bucket's length")
-    parser.add_argument("--trials", type=int, default=32, help="trials per task")
-    args = parser.parse_args(argv)
-    if args.command == "tune-prefill":
-        print("tuned into", tune_bucket(args.length, args.trials))
-    else:
-        print("tuned into", tune_decode(args.trials))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

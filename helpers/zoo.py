@@ -5,14 +5,14 @@ times eager PyTorch against tuned TVM in one interleaved run and profiles the
 tuned build. ``operator_mix`` reads from the Relax module what explains the
 results: how the convolutions split into depthwise, pointwise and regular ones
 (by count and by FLOPs), and how many sigmoids (squeeze-excite gates and SiLU)
-the model has. ``python -m helpers.zoo`` runs it for the three models and keeps
-the table in ``results/``.
+the model has. ``make capstone`` (``helpers.maintainers.capstone``) runs it for the three models
+and keeps the table in ``results/``.
+
+Introduced on Day 0.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +22,13 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from . import benchmark, build, cache, config, databases, ir, layer_compare, machine, models, peers, profiling, timing
-from .benchmark import EAGER, TUNED
+from . import build, cache, config, databases, ir, layer_compare, machine, models, peers, profiling, timing
+from .ir import conv_gflops  # Day 0 met it as zoo.conv_gflops
+from .peers import EAGER, TUNED
+from .plotting import plot_layer_losses
 
-ZOO = benchmark.BENCH_MODELS
+# The three models the course compares end to end (Day 11's zoo, and the benchmark table's rows).
+ZOO = ("mobilenet_v2", "resnet50", "efficientnet_b0")
 
 
 def equal_budget(target: tvm.target.Target, names: Sequence[str] = ZOO) -> float | None:
@@ -60,13 +63,6 @@ def conv_kind(call: relax.Call) -> str:
     if (kh, kw) == (1, 1):
         return "squeeze-excite" if (oh, ow) == (1, 1) else "pointwise"
     return "regular"
-
-
-def conv_gflops(call: relax.Call) -> float:
-    """Multiply-adds of one conv2d, x2, in GFLOP: N*OC*OH*OW * (IC/groups)*KH*KW * 2."""
-    n, oc, oh, ow = (int(d) for d in call.ty.shape)
-    _, in_per_group, kh, kw = (int(d) for d in call.args[1].ty.shape)
-    return 2.0 * n * oc * oh * ow * in_per_group * kh * kw / 1e9
 
 
 def operator_mix(mod: tvm.IRModule) -> dict:
@@ -171,8 +167,6 @@ def show_layer_losses(results: dict[str, ZooResult], peer: str, worst: int = 3):
     """Plot where tuned TVM loses to ``peer`` in each model of ``results``, convolution by convolution
     (``plotting.plot_layer_losses``), print each model's ``worst`` layers, and say which models have no
     such comparison, and why. Returns the figure, or None where no model has one."""
-    from .plotting import plot_layer_losses
-
     tables = {name: r.layers.get(peer) for name, r in results.items()}
     for name, r in results.items():
         if tables[name] is None:
@@ -185,31 +179,3 @@ def show_layer_losses(results: dict[str, ZooResult], peer: str, worst: int = 3):
             print(f"{name}: where tuned TVM loses most to {peer}")
             print(layer_compare.where_time_is_lost(frame, worst).round(3).to_string(index=False))
     return fig
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m helpers.zoo", description=__doc__.splitlines()[0])
-    parser.add_argument("models", nargs="*", default=list(ZOO))
-    parser.add_argument("--repeats", type=int, default=20)
-    args = parser.parse_args(argv)
-    info = machine.describe()
-    budget = equal_budget(machine.cpu_target(), args.models)
-    rows = []
-    for name in args.models:
-        print(f"{name} ...", flush=True)
-        result = run_model(name, repeats=args.repeats, budget=budget)
-        row = result.row()
-        row["kernel time by operator (%)"] = {op: round(100 * s, 1) for op, s in result.profile.share_by_op().items()}
-        for against, frame in result.layers.items():
-            row[f"layers against {against}"] = frame.round(3).to_dict(orient="records")
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    target = machine.cpu_target()
-    path = benchmark.results_path(target, "json", kind="capstone")
-    benchmark.save_record(path, machine=info.as_dict(), target=str(target), equal_budget=budget, rows=rows)
-    print(f"saved {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""helpers.benchmark: where databases live, the table's ratios and text, the shipped results."""
+"""The maintainers' benchmark (helpers.maintainers): where databases live, the table's ratios and text, the shipped results."""
 
 import json
 import os
@@ -6,7 +6,8 @@ import os
 import pytest
 import tvm
 
-from helpers import benchmark, databases, quantize, transformer, tuning
+from helpers import databases, machine, peers, quantize, results, transformer, tuning
+from helpers.maintainers import report, stages, table, transformer_table
 
 
 def _target(mcpu="znver4", cores=2):
@@ -15,47 +16,47 @@ def _target(mcpu="znver4", cores=2):
 
 def _row(model, eager, compiled, untuned, tuned=None, dispatched=None, frozen=None, ort=None, noisy=()):
     """A table row as benchmark_model writes it; without ``frozen`` and ``ort``, one measured before they joined."""
-    row = {"model": model, "batch": 1, "compile_s": {benchmark.COMPILED: 30.0}, "trials_per_task": 32 if tuned else None,
+    row = {"model": model, "batch": 1, "compile_s": {peers.COMPILED: 30.0}, "trials_per_task": 32 if tuned else None,
            "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None,
            "threads": {"TVM": 2, "PyTorch": 2}}
-    for label, ms in ((benchmark.EAGER, eager), (benchmark.COMPILED, compiled), (benchmark.FROZEN, frozen),
-                      (benchmark.ORT, ort), (benchmark.UNTUNED, untuned), (benchmark.TUNED, tuned),
-                      (benchmark.DISPATCHED, dispatched),
-                      (benchmark.EAGER_BESIDE_DISPATCHED, 2 * dispatched if dispatched else None),
-                      (benchmark.FROZEN_BESIDE_DISPATCHED, 1.5 * dispatched if dispatched else None)):
+    for label, ms in ((peers.EAGER, eager), (peers.COMPILED, compiled), (peers.FROZEN, frozen),
+                      (peers.ORT, ort), (peers.UNTUNED, untuned), (peers.TUNED, tuned),
+                      (table.DISPATCHED, dispatched),
+                      (table.EAGER_BESIDE_DISPATCHED, 2 * dispatched if dispatched else None),
+                      (table.FROZEN_BESIDE_DISPATCHED, 1.5 * dispatched if dispatched else None)):
         if ms is not None:
             row[label] = {"median_ms": ms, "iqr_ms": ms / 2 if label in noisy else ms / 10, "repeats": 20}
     return row
 
 
 def test_ratios_hold_tuned_against_the_fastest_pytorch_and_engine_and_name_them():
-    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, dispatched=6.0,
+    r = table.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, dispatched=6.0,
                               frozen=9.6, ort=6.4))
-    assert r == {"fastest_pytorch": benchmark.FROZEN, "tuned_vs_fastest_pytorch": 1.2,
-                 "fastest_engine": benchmark.ORT, "tuned_vs_fastest_engine": 0.8,
+    assert r == {"fastest_pytorch": peers.FROZEN, "tuned_vs_fastest_pytorch": 1.2,
+                 "fastest_engine": peers.ORT, "tuned_vs_fastest_engine": 0.8,
                  "tuned_vs_eager": 1.5, "untuned_vs_eager": 0.1, "dispatched_vs_eager": 2.0,
                  "dispatched_vs_frozen": 1.5}
-    r = benchmark.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0))
-    assert r["fastest_pytorch"] == r["fastest_engine"] == benchmark.COMPILED  # still named without a tuned build
+    r = table.ratios(_row("m", eager=12.0, compiled=10.0, untuned=120.0))
+    assert r["fastest_pytorch"] == r["fastest_engine"] == peers.COMPILED  # still named without a tuned build
     assert r["tuned_vs_fastest_pytorch"] is None and r["tuned_vs_fastest_engine"] is None
     assert r["tuned_vs_eager"] is None and r["dispatched_vs_eager"] is None and r["untuned_vs_eager"] == 0.1
 
 
 def test_ratios_read_rows_measured_before_freezing_and_onnx_runtime_joined():
-    shipped = json.loads((benchmark.RESULTS_ROOT / "benchmark-znver4-2cores.json").read_text())["rows"]
+    shipped = json.loads((results.RESULTS_ROOT / "benchmark-znver4-2cores.json").read_text())["rows"]
     mnv2 = next(row for row in shipped if row["model"] == "mobilenet_v2")
-    for label in (benchmark.FROZEN, benchmark.ORT, benchmark.FROZEN_BESIDE_DISPATCHED):  # a row as tables had it before they joined
+    for label in (peers.FROZEN, peers.ORT, table.FROZEN_BESIDE_DISPATCHED):  # a row as tables had it before they joined
         del mnv2[label]
-    r = benchmark.ratios(mnv2)
-    best = min((benchmark.EAGER, benchmark.COMPILED), key=lambda label: mnv2[label]["median_ms"])
+    r = table.ratios(mnv2)
+    best = min((peers.EAGER, peers.COMPILED), key=lambda label: mnv2[label]["median_ms"])
     assert r["fastest_pytorch"] == r["fastest_engine"] == best
-    assert r["tuned_vs_fastest_engine"] == pytest.approx(mnv2[best]["median_ms"] / mnv2[benchmark.TUNED]["median_ms"])
+    assert r["tuned_vs_fastest_engine"] == pytest.approx(mnv2[best]["median_ms"] / mnv2[peers.TUNED]["median_ms"])
 
 
 def test_format_table_has_one_line_per_model_and_says_when_no_database():
-    text = benchmark.format_table(
+    text = table.format_table(
         [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0, 6.0, frozen=9.6, ort=6.4),
-         {**_row("resnet50", 60.0, 50.0, 900.0, frozen=40.0), "missing": {benchmark.ORT: "ONNX Runtime: no export"}}],
+         {**_row("resnet50", 60.0, 50.0, 900.0, frozen=40.0), "missing": {peers.ORT: "ONNX Runtime: no export"}}],
         "test cpu, 2 cores",
     )
     lines = text.splitlines()
@@ -63,7 +64,7 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
     assert lines[1] == "Threads: TVM 2, PyTorch 2"  # both libraries on the same threads, said next to the numbers
     mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
     assert "8.00 (0.80)" in mnv2 and "9.60 (0.96)" in mnv2 and "6.40 (0.64)" in mnv2 and "| 32 |" in mnv2
-    assert f"| 1.20× ({benchmark.FROZEN}) | 0.80× ({benchmark.ORT}) | 1.50× | 0.10× |" in mnv2
+    assert f"| 1.20× ({peers.FROZEN}) | 0.80× ({peers.ORT}) | 1.50× | 0.10× |" in mnv2
     assert "transferred from znver4" in mnv2 and "≈" not in mnv2
     assert "6.00 (0.60)" in mnv2 and "| 2.00× | 1.50× |" in mnv2  # the dense convolutions on oneDNN: 12 / 6, 9 / 6
     r50 = next(line for line in lines if line.startswith("| resnet50"))
@@ -73,10 +74,10 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
 
 def test_format_table_marks_unreliable_timings_and_the_speedups_built_on_them():
     row = _row("m", eager=12.0, compiled=10.0, untuned=120.0, tuned=8.0, frozen=9.6, ort=6.4,
-               noisy=(benchmark.ORT,))  # IQR half the median
-    line = next(line for line in benchmark.format_table([row], "cpu").splitlines() if line.startswith("| m "))
+               noisy=(peers.ORT,))  # IQR half the median
+    line = next(line for line in table.format_table([row], "cpu").splitlines() if line.startswith("| m "))
     assert "| ≈ 6.40 (3.20) |" in line and "| 9.60 (0.96) |" in line
-    assert f"| 1.20× ({benchmark.FROZEN}) | ≈ 0.80× ({benchmark.ORT}) | 1.50× |" in line
+    assert f"| 1.20× ({peers.FROZEN}) | ≈ 0.80× ({peers.ORT}) | 1.50× |" in line
 
 
 def test_tuning_goes_to_the_learners_own_databases_never_the_shipped_ones(monkeypatch):
@@ -84,27 +85,27 @@ def test_tuning_goes_to_the_learners_own_databases_never_the_shipped_ones(monkey
     from helpers import config
 
     monkeypatch.delenv(config.QUICK_ENV, raising=False)
-    path = benchmark.tuning_dir("mobilenet_v2", _target("znver4", 2))
+    path = stages.tuning_dir("mobilenet_v2", _target("znver4", 2))
     assert path == databases.OWN_ROOT / "mobilenet_v2-b1-znver4-2cores"
     monkeypatch.setenv(config.QUICK_ENV, "1")
-    assert benchmark.tuning_dir("resnet50", _target("haswell", 2), batch=4) == databases.QUICK_ROOT / "resnet50-b4-haswell-2cores"
+    assert stages.tuning_dir("resnet50", _target("haswell", 2), batch=4) == databases.QUICK_ROOT / "resnet50-b4-haswell-2cores"
 
 
 def test_results_path_is_per_cpu_and_core_count(tmp_path):
-    assert benchmark.results_path(_target("znver4", 2), "md", tmp_path).name == "benchmark-znver4-2cores.md"
-    assert benchmark.results_path(_target("znver4", 2), "json", tmp_path, kind="capstone").name == "capstone-znver4-2cores.json"
+    assert results.results_path(_target("znver4", 2), "md", tmp_path).name == "benchmark-znver4-2cores.md"
+    assert results.results_path(_target("znver4", 2), "json", tmp_path, kind="capstone").name == "capstone-znver4-2cores.json"
 
 
 def test_save_record_stamps_the_time_and_writes_what_it_returns(tmp_path):
     path = tmp_path / "new" / "r.json"
-    record = benchmark.save_record(path, machine={"cpu": "znver4"}, rows=[1, 2])
+    record = results.save_record(path, machine={"cpu": "znver4"}, rows=[1, 2])
     assert json.loads(path.read_text()) == record
     assert list(record) == ["measured", "machine", "rows"] and record["measured"].endswith("UTC")
 
 
 def test_read_curve_says_how_to_make_a_missing_curve(tmp_path):
-    with pytest.raises(FileNotFoundError, match="helpers.benchmark tune"):
-        benchmark.read_curve(tmp_path)
+    with pytest.raises(FileNotFoundError, match="helpers.maintainers.benchmark tune"):
+        results.read_curve(tmp_path)
 
 
 def _is_int8(directory) -> bool:
@@ -120,7 +121,7 @@ def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
     shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and not _is_int8(p) and not _is_transformer(p)]
     assert shipped, "the course ships at least one tuning database"
     for directory in shipped:
-        curve = benchmark.read_curve(directory)
+        curve = results.read_curve(directory)
         target = tvm.target.Target(json.loads(curve["target"]))
         assert directory == databases.database_dir(curve["model"], target, curve["batch"]), directory.name
         summary = tuning.database_summary(directory)
@@ -129,7 +130,7 @@ def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
         points = curve["points"]
         assert points and [p["trials_per_task"] for p in points] == sorted(p["trials_per_task"] for p in points)
         kept = curve.get("shipped_records_per_kernel")
-        assert kept, f"{directory.name}: ship a pruned database (helpers.benchmark tune --keep)"
+        assert kept, f"{directory.name}: ship a pruned database (helpers.maintainers.benchmark tune --keep)"
         assert summary["records"] <= min(points[-1]["records"], kept * summary["workloads"])
         settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
         assert settings["prepack"] is True and not settings["quick"], directory.name
@@ -168,7 +169,7 @@ def test_shipped_transformer_databases_match_their_name_and_keep_the_best_record
 
 
 def test_shipped_results_name_their_machine():
-    for path in benchmark.RESULTS_ROOT.glob("benchmark-*.json"):
+    for path in results.RESULTS_ROOT.glob("benchmark-*.json"):
         record = json.loads(path.read_text())
         assert record["machine"]["cpu"] and record["machine"]["cores"] >= 1 and record["measured"]
         assert {row["model"] for row in record["rows"]} >= {"mobilenet_v2"}
@@ -176,26 +177,22 @@ def test_shipped_results_name_their_machine():
 
 
 def test_the_table_and_tuning_can_target_an_imitated_cpu_class(monkeypatch):
-    from helpers import machine
-
-    assert str(benchmark._target_for(None)) == str(machine.cpu_target())
-    assert str(benchmark._target_for(machine.cpu_name())) == str(machine.cpu_target())
-    assert not benchmark._imitated(machine.cpu_target())
+    assert str(machine.target_for(None)) == str(machine.cpu_target())
+    assert str(machine.target_for(machine.cpu_name())) == str(machine.cpu_target())
+    assert not machine.is_imitated(machine.cpu_target())
     if machine.vector_width_bits() < 512:
         pytest.skip("imitating an AVX2 CPU needs one with AVX-512")
-    # emulated_target sets these for the whole process: setenv records them, so they are restored after the test
+    # machine.imitated_target sets these for the whole process: setenv records them, so they are restored after the test
     # (delenv of an unset variable records nothing, and the AVX2 settings leaked into later tests and notebooks)
     for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.setenv(name, "unset")
-    from helpers.transfer_study import avx2_stand_in
-
-    avx2 = avx2_stand_in()  # znver3 on an AMD CPU, haswell on an Intel one
-    imitated = benchmark._target_for(avx2)
-    assert imitated.attrs["mcpu"] == avx2 and benchmark._imitated(imitated)
+    avx2 = machine.avx2_stand_in()  # znver3 on an AMD CPU, haswell on an Intel one
+    imitated = machine.target_for(avx2)
+    assert imitated.attrs["mcpu"] == avx2 and machine.is_imitated(imitated)
     assert machine.vector_width_bits(imitated) == 256
     # Inductor's cache keeps the kernels of each vector ISA apart: it does not key them by ATEN_CPU_CAPABILITY
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith("torchinductor-avx2")
-    assert benchmark.results_path(imitated, "md").name == f"benchmark-{avx2}-{machine.core_count()}cores.md"
+    assert results.results_path(imitated, "md").name == f"benchmark-{avx2}-{machine.core_count()}cores.md"
 
 
 def test_format_transformer_has_rows_per_bucket_and_for_decode_against_eager_and_marks_noise():
@@ -207,10 +204,10 @@ def test_format_transformer_has_rows_per_bucket_and_for_decode_against_eager_and
     result = {"model": "TinyGPT", "past": 64, "prefill": [bucket(64, 0.5, "TVM bucket, tuned is 1.60x faster"),
                                                         bucket(128, 0.4, "TVM bucket, tuned is 2.00x faster")],
               "decode": {"PyTorch eager": record(0.3, 0.01), "TVM decode, symbolic past": record(0.6, 0.01)}}
-    text = benchmark.format_transformer(result, "a test machine")
+    text = transformer_table.format_transformer(result, "a test machine")
     assert "| prefill, 64 tokens | TVM bucket, tuned | 0.500 (0.010) | 2.00× |" in text
     assert "| prefill, 128 tokens | TVM bucket, tuned | 0.400 (0.010) | 2.50× |" in text
     assert "| decode after 64 | TVM decode, symbolic past | 0.600 (0.010) | 0.50× |" in text
-    assert f"| prefill, 64 tokens | torch.compile | {benchmark.UNRELIABLE_MARK}0.800 (0.500) |" in text
+    assert f"| prefill, 64 tokens | torch.compile | {report.UNRELIABLE_MARK}0.800 (0.500) |" in text
     assert "ONNX Runtime not measured: ONNX Runtime: not installed" in text
     assert "Prefill of 128 tokens:\nTVM bucket, tuned is 2.00x faster" in text and "bucket 128, tuned for this CPU" in text

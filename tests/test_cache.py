@@ -112,7 +112,7 @@ def test_in_the_suite_a_torch_model_is_imported_once_per_weights_and_shape(suite
     models.import_to_relax(model, tiny_input)
     models.import_to_relax(model, tiny_input[:1])  # another shape
     assert len(exports) == 3
-    assert models.fingerprint(model) != models.fingerprint(model.train()), "train mode exports another graph"
+    assert cache.fingerprint(model) != cache.fingerprint(model.train()), "train mode exports another graph"
     # a layer of a class of the learner's own (conftest's TinyNet) is imported every time, as outside the suite
     models.import_to_relax(tiny_model, tiny_input)
     models.import_to_relax(tiny_model, tiny_input)
@@ -124,17 +124,17 @@ def test_in_the_suite_a_torch_model_is_imported_once_per_weights_and_shape(suite
 
 
 def test_kernels_prepared_for_tuning_are_kept_per_module_and_read_back_alike(tmp_path, monkeypatch, tiny_imported):
-    from helpers import tuning
+    from helpers import nchwc, tuning
 
     monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path)
     monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
-    fuses = _counting(monkeypatch, tuning, "fuse")
+    fuses = _counting(monkeypatch, nchwc, "fuse")
     target = tvm.target.Target({"kind": "llvm"})
-    first, second = (tuning._prepare(tiny_imported.mod, target, prepack=True) for _ in range(2))
+    first, second = (tuning.prepare(tiny_imported.mod, target, prepack=True) for _ in range(2))
     assert len(fuses) == 1 and tvm_ffi.structural_equal(first, second)
-    assert [t.task_name for t in tuning._tasks(first, target)] == [t.task_name for t in tuning._tasks(second, target)]
-    tuning._prepare(tiny_imported.mod, target, prepack=False)  # prepared another way
+    assert [t.task_name for t in tuning.extract_tasks(first, target)] == [t.task_name for t in tuning.extract_tasks(second, target)]
+    tuning.prepare(tiny_imported.mod, target, prepack=False)  # prepared another way
     assert len(fuses) == 2
     monkeypatch.setenv(cache.NO_CACHE_ENV, "1")
-    tuning._prepare(tiny_imported.mod, target, prepack=True)
+    tuning.prepare(tiny_imported.mod, target, prepack=True)
     assert len(fuses) == 3

@@ -215,16 +215,17 @@ def test_the_fast_target_reader_agrees_with_metaschedules_reader_on_every_shippe
 def test_databases_are_compared_built_checked_and_timed_beside_the_peers(
     tiny_model, tiny_input, tiny_imported, tiny_db, tmp_path, retarget, monkeypatch
 ):
-    """`python -m helpers.benchmark compare`: how a database version is chosen for shipping, or for a CPU."""
-    from helpers import benchmark, peers
+    """`python -m helpers.maintainers.benchmark compare`: how a database version is chosen for shipping, or for a CPU."""
+    from helpers import peers
+    from helpers.maintainers import table
 
     monkeypatch.setenv(config.QUICK_ENV, "1")  # the peers a quick run builds: no torch.compile
     target = machine.cpu_target()
     other = tmp_path / f"tiny-b1-{_other_cpu()}-2cores"
     retarget(tiny_db, other, _target(_other_cpu(), target.attrs["num-cores"]))
     _set_budget(other, 16)
-    timings = benchmark.time_databases(tiny_model, tiny_input, tiny_imported, [tiny_db, other], target, repeats=3)
+    timings = table.time_databases(tiny_model, tiny_input, tiny_imported, [tiny_db, other], target, repeats=3)
     labels = [t.label for t in timings]
-    assert peers.EAGER in labels and labels[-2:] == [benchmark.database_label(tiny_db), benchmark.database_label(other)]
-    assert benchmark.database_label(other) == f"TVM {other.name} (NCHW, 16 trials/task)"
+    assert peers.EAGER in labels and labels[-2:] == [table.database_label(tiny_db), table.database_label(other)]
+    assert table.database_label(other) == f"TVM {other.name} (NCHW, 16 trials/task)"
     assert all(len(t.times_ms) >= 3 and t.median_ms > 0 for t in timings)

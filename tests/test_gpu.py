@@ -14,6 +14,7 @@ import tvm
 from tvm import relax
 
 from helpers import gpu, machine, models, timing
+from helpers.maintainers import gpu_record
 from helpers.errors import NoGPUError
 
 ON_GPU = machine.has_gpu()
@@ -99,13 +100,13 @@ def test_simulated_gpu_returns_before_the_work_and_sync_waits_for_it():
 
 def test_recorded_measurements_round_trip_with_their_machine(tmp_path):
     rows = [timing.Timing(gpu.EAGER_GPU, b, [1.0 + b, 2.0 + b, 3.0 + b]) for b in (1, 4)]
-    path = gpu.save_recorded("tiny", rows[:1], rows, root=tmp_path)
+    path = gpu_record.save_recorded("tiny", rows[:1], rows, root=tmp_path)
     loaded = gpu.load_recorded(path)
     assert loaded.model == "tiny" and loaded.machine["cores"] == machine.core_count()
     assert [(t.label, t.batch, t.times_ms) for t in loaded.crossover] == [(t.label, t.batch, t.times_ms) for t in rows]
     assert loaded.gpu_backends[0].median_ms == 3.0
     assert "measured" in json.loads(path.read_text())
-    with pytest.raises(FileNotFoundError, match="python -m helpers.gpu record"):
+    with pytest.raises(FileNotFoundError, match="python -m helpers.maintainers.gpu_record"):
         gpu.load_recorded(model="no_such_model")
 
 

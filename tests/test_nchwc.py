@@ -73,7 +73,7 @@ def _kernel_names(mod: tvm.IRModule) -> list[str]:
 
 @pytest.mark.parametrize("layout", ["NCHW8c", "NCHW16c"])
 def test_a_blocked_build_computes_what_pytorch_computes(imported, model, example, target, layout):
-    executable = tvm.compile(build.fuse(imported.mod, target, layout), target=target)
+    executable = tvm.compile(nchwc.fuse(imported.mod, target, layout), target=target)
     compiled = build.load_executable(executable, imported, target)
     with torch.no_grad():
         expected = model(example).numpy()
@@ -95,7 +95,7 @@ def test_each_side_of_a_convolution_takes_the_largest_block_that_divides_it(impo
 
 def test_blocked_convolutions_become_tvms_blocked_kernels(imported, target):
     def blocked(layout):
-        names = _kernel_names(build.fuse(imported.mod, target, layout))
+        names = _kernel_names(nchwc.fuse(imported.mod, target, layout))
         return (sum("depthwise_conv2d_NCHWc" in n for n in names),
                 sum("conv2d_NCHWc" in n and "depthwise" not in n for n in names))
 
@@ -151,13 +151,13 @@ def test_a_database_records_its_layout_and_its_builds_follow_it(imported, model,
 
 
 def test_the_weights_layout_rewrites_run_once_at_load_so_they_are_not_tuned(imported, target, tuned):
-    prepared = tuning._prepare(imported.mod, target, True, "NCHW8c")
-    every_kernel = tuning._tasks(prepared, target)
-    per_call = {t.task_name for t in tuning._tasks(tuning._per_call_kernels(prepared), target)}
+    prepared = tuning.prepare(imported.mod, target, True, "NCHW8c")
+    every_kernel = tuning.extract_tasks(prepared, target)
+    per_call = {t.task_name for t in tuning.extract_tasks(tuning.per_call_kernels(prepared), target)}
     weight_only = [t for t in every_kernel if t.task_name not in per_call]
     assert any("layout_transform" in t.task_name for t in weight_only)  # the weights' blocks (and BatchNorm's reshaped statistics)
     assert not any("conv2d" in t.task_name for t in weight_only)
-    db = tuning._load_database(tuned["NCHW8c"])
+    db = tuning.load_database(tuned["NCHW8c"])
     assert not any(db.has_workload(t.dispatched[0]) for t in weight_only)
     assert all(db.has_workload(t.dispatched[0]) for t in every_kernel if t.task_name in per_call)
 
@@ -250,7 +250,7 @@ def _templates_match_the_unscheduled_kernels(mod: tvm.IRModule, target, convs: i
 
 def test_days_7_schedule_computes_every_blocked_convolution_right_whatever_tiles_it_samples(imported, target):
     # the stem (3 channels in), 16 -> 24 and 24 -> 32 with BatchNorm, 32 -> 32 with the add; two depthwise
-    _templates_match_the_unscheduled_kernels(build.fuse(imported.mod, target, "NCHW8c"), target, convs=4, depthwise=2)
+    _templates_match_the_unscheduled_kernels(nchwc.fuse(imported.mod, target, "NCHW8c"), target, convs=4, depthwise=2)
 
 
 class SiluBlock(torch.nn.Module):
@@ -270,7 +270,7 @@ def test_the_schedules_fold_silu_into_the_tile_they_write(target):
     torch.manual_seed(0)
     block = SiluBlock().eval()
     imported = models.import_to_relax(block, torch.randn(1, 16, 10, 10))
-    _templates_match_the_unscheduled_kernels(build.fuse(imported.mod, target, "NCHW16c"), target, convs=1, depthwise=1)
+    _templates_match_the_unscheduled_kernels(nchwc.fuse(imported.mod, target, "NCHW16c"), target, convs=1, depthwise=1)
 
 
 def _parallel_loops(script: str) -> list[str]:
@@ -284,7 +284,7 @@ def test_the_cores_split_the_output_by_rows_unless_the_weights_outweigh_the_inpu
     conv = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1, bias=False), torch.nn.BatchNorm2d(64),
                                torch.nn.ReLU()).eval()
     imported = models.import_to_relax(conv, torch.randn(1, 64, size, size))
-    mod = build.fuse(imported.mod, target, "NCHW8c")
+    mod = nchwc.fuse(imported.mod, target, "NCHW8c")
     _templates_match_the_unscheduled_kernels(mod, target, convs=1, depthwise=0)
     (kernel,) = [t.dispatched[0] for t in tvm.s_tir.meta_schedule.relax_integration.extract_tasks(mod, target)
                  if nchwc.template_for(t.dispatched[0]) is not None]
@@ -304,7 +304,7 @@ def test_a_row_that_does_not_divide_the_width_leaves_a_shorter_last_tile_compute
                                torch.nn.ReLU()).eval()
     imported = models.import_to_relax(conv, torch.randn(1, 16, 10, 10))
     (kernel,) = [t.dispatched[0] for t in tvm.s_tir.meta_schedule.relax_integration.extract_tasks(
-        build.fuse(imported.mod, target, "NCHW8c"), target) if nchwc.template_for(t.dispatched[0]) is not None]
+        nchwc.fuse(imported.mod, target, "NCHW8c"), target) if nchwc.template_for(t.dispatched[0]) is not None]
     arrays = _random_arguments(kernel["main"], np.random.default_rng(0))
     expected = _run_kernel(kernel, target, [a.copy() for a in arrays])
     rows = set()

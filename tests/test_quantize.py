@@ -110,7 +110,7 @@ def test_scales_do_not_change_the_kernels_a_database_is_keyed_by(small):
     widened = {k: quantize.Range(r.low - 1.0, r.high * 2) for k, r in ranges.items()}
     hashes = []
     for r in (ranges, widened):
-        tasks = tuning._tasks(build.fuse(quantize.quantize_pointwise_convs(imported, r).mod, TARGET), TARGET)
+        tasks = tuning.extract_tasks(build.fuse(quantize.quantize_pointwise_convs(imported, r).mod, TARGET), TARGET)
         hashes.append(sorted(tvm_ffi.structural_hash(t.dispatched[0]) for t in tasks))
     assert hashes[0] == hashes[1]
 
@@ -211,11 +211,11 @@ def test_the_shipped_int8_databases_cover_every_kernel_of_the_course_model(mcpu)
     calibration must come with new databases."""
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
     _, quantized, _ = quantize.quantized_model(target=target)
-    tasks = tuning._tasks(build.fuse(quantized.mod, target), target)
+    tasks = tuning.extract_tasks(build.fuse(quantized.mod, target), target)
     name = quantize.database_model(target)
     shipped = sorted(databases.SHIPPED_ROOT.glob(f"{name}-b1-*cores"))
-    assert shipped, f"no {name} database ships in tuning/: python -m helpers.quantize tune 16 --mcpu {mcpu}"
+    assert shipped, f"no {name} database ships in tuning/: python -m helpers.maintainers.shipping int8 16 --mcpu {mcpu}"
     for path in shipped:
-        db = tuning._load_database(path)
+        db = tuning.load_database(path)
         missing = [t.task_name for t in tasks if not db.has_workload(t.dispatched[0])]
         assert not missing, f"{path.name} has no record for {missing[:4]} ({len(missing)} of {len(tasks)})"

@@ -44,7 +44,7 @@ def test_rpc_tuning_gives_records_of_the_kind_local_tuning_gives(mod, tmp_path):
         assert rpc_tuning.free_servers(cluster.address, "course-test") == 2
         work = rpc_tuning.tune(mod, target, tmp_path / "rpc", 4, cluster.address, "course-test", progress=False)
         records = _records(work)
-        assert records and all(tuning._succeeded(r) for r in records), "every candidate measured on a server"
+        assert records and all(tuning.succeeded(r) for r in records), "every candidate measured on a server"
         for record in records:
             assert str(record.target) == str(target)
             sch = __import__("tvm").s_tir.Schedule(record.workload.mod)
@@ -81,7 +81,7 @@ class _LoseServerInSecondRound(ms.runner.PyRunner):
 
 
 def test_a_server_lost_mid_tuning_costs_only_its_own_candidates(mod, tmp_path, monkeypatch):
-    monkeypatch.setattr(tuning, "MAX_TRIALS_PER_ROUND", 4)  # 12 trials in rounds of 4
+    monkeypatch.setattr(tuning.search, "MAX_TRIALS_PER_ROUND", 4)  # 12 trials in rounds of 4
     target = _host_target()
     with rpc_tuning.start_local(2, key="course-lost") as cluster:
         runner = _LoseServerInSecondRound(rpc_tuning.runner(cluster.address, "course-lost", timeout_s=10),
@@ -97,7 +97,7 @@ def test_a_server_lost_mid_tuning_costs_only_its_own_candidates(mod, tmp_path, m
     assert failed[1] < len(runner.rounds[1]), "the surviving server measured part of the round of the loss"
     records = _records(tmp_path / "lost")
     assert len(records) == sum(map(len, runner.rounds)), "every candidate, measured or not, is recorded"
-    assert sum(tuning._succeeded(r) for r in records) == len(records) - sum(failed)
+    assert sum(tuning.succeeded(r) for r in records) == len(records) - sum(failed)
 
 
 def test_no_server_under_key_says_what_to_run():

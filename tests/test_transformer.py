@@ -127,29 +127,29 @@ def test_peers_compare_a_model_with_several_outputs_by_its_first(small):
 def test_each_shipped_bucket_database_covers_every_kernel_of_its_bucket(length):
     """Day 14 and make benchmark build with them: a change to the model or the import must come with new databases."""
     bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), length)
-    tasks = tuning._tasks(tuning._prepare(bucket.mod, TARGET, prepack=True), TARGET)
+    tasks = tuning.extract_tasks(tuning.prepare(bucket.mod, TARGET, prepack=True), TARGET)
     shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.bucket_name(length)}-b1-*cores"))
-    assert shipped, f"no database for the {length}-token bucket ships in tuning/: python -m helpers.transformer tune-prefill --length {length}"
+    assert shipped, f"no database for the {length}-token bucket ships in tuning/: python -m helpers.maintainers.shipping prefill --length {length}"
     # The embedding lookups (take) cannot be tuned: MetaSchedule times candidates on random inputs, and
     # random token ids outside the table crash its runner ("Fast mode segfaults when there are out-of-bounds
     # indices"). They keep their default schedule.
     lookups = {t.task_name for t in tasks if t.task_name.startswith("take")}
     assert len(lookups) == 2
     for path in shipped:
-        db = tuning._load_database(path)
+        db = tuning.load_database(path)
         missing = {t.task_name for t in tasks if not db.has_workload(t.dispatched[0])} - lookups
         assert not missing, f"{path.name} has no record for {sorted(missing)[:4]} ({len(missing)} of {len(tasks)})"
 
 
 def test_the_shipped_decode_database_covers_every_static_kernel_of_the_step():
     decode = transformer.import_decode(transformer.TinyGPT())
-    tasks = tuning._tasks(tuning._prepare(decode.mod, TARGET, prepack=False), TARGET)
+    tasks = tuning.extract_tasks(tuning.prepare(decode.mod, TARGET, prepack=False), TARGET)
     static = {t.task_name for t in tasks if tuning.is_static(t.dispatched[0])}
     assert 0 < len(static) < len(tasks), "the step has static kernels (one token's matmuls) and symbolic ones (the past)"
     shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.DECODE_NAME}-b1-*cores"))
-    assert shipped, "no database for Day 14's decoding step ships in tuning/: python -m helpers.transformer tune-decode"
+    assert shipped, "no database for Day 14's decoding step ships in tuning/: python -m helpers.maintainers.shipping decode"
     for path in shipped:
-        db = tuning._load_database(path)
+        db = tuning.load_database(path)
         covered = {t.task_name for t in tasks if db.has_workload(t.dispatched[0])}
         assert covered <= static, f"{path.name} has records for symbolic kernels: {sorted(covered - static)}"
         missing = {name for name in static - covered if not name.startswith("take")}  # lookups: see the bucket's test
@@ -163,8 +163,8 @@ def test_tuning_only_the_static_kernels_of_a_symbolic_step_keeps_its_tokens(smal
         tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, prepack=True, static_kernels_only=True)
     tuning.tune(decode.mod, TARGET, tmp_path / "db", max_trials_per_task=1, max_trials_global=6, static_kernels_only=True,
                 progress=False)  # a few kernels tuned: the rest keep default code, as the symbolic ones do
-    tasks = tuning._tasks(tuning._prepare(decode.mod, TARGET, prepack=False), TARGET)
-    db = tuning._load_database(tmp_path / "db")
+    tasks = tuning.extract_tasks(tuning.prepare(decode.mod, TARGET, prepack=False), TARGET)
+    db = tuning.load_database(tmp_path / "db")
     assert all(tuning.is_static(t.dispatched[0]) for t in tasks if db.has_workload(t.dispatched[0]))
     # each Linear's weight transposed for its matmul reads weights only: lifted, it runs once at load
     plain = tuning.apply_database(decode.mod, TARGET, tmp_path / "db")

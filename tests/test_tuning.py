@@ -23,7 +23,7 @@ from tvm import relax
 from tvm.relax.frontend.torch import from_exported_program
 from tvm.s_tir import meta_schedule as ms
 
-from helpers import tuning
+from helpers import config, tuning
 from helpers.errors import CourseError, TuningDatabaseError
 from helpers.models import ImportedModel
 
@@ -217,7 +217,7 @@ def test_a_database_tuned_for_another_cpu_is_refused_unless_transferred(imported
 
 def test_tune_records_its_budget_and_adds_to_it(tuned, tmp_path):
     assert tuning.budget(tuned["dir"]) == TRIALS_PER_TASK
-    assert tuning.tuned_in_quick_mode(tuned["dir"]) == tuning.config.quick()
+    assert tuning.tuned_in_quick_mode(tuned["dir"]) == config.quick()
     assert tuning.budget(tmp_path) is None  # a database that never said
 
 
@@ -322,7 +322,7 @@ def test_compile_tuned_reuses_its_build_until_the_database_changes(imported, mod
     monkeypatch.setattr(cache, "CACHE_ROOT", tmp_path / "cache")
     builds = []
     build_tuned = tuning.build_tuned
-    monkeypatch.setattr(tuning, "build_tuned", lambda *args, **kw: builds.append(args) or build_tuned(*args, **kw))
+    monkeypatch.setattr(tuning.apply, "build_tuned", lambda *args, **kw: builds.append(args) or build_tuned(*args, **kw))
     mod, params = imported
     model_in = ImportedModel(mod, params, tuple(example.shape), "float32")
     first = tuning.compile_tuned(model_in, target, tuned["dir"])

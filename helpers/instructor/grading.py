@@ -26,9 +26,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import config
 from ..errors import GradingError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = config.REPO
 SOURCE = "solutions"
 RELEASE = "notebooks"
 GRADEBOOK = "gradebook.db"

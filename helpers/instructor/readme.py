@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 
+from .exercises import read as read_exercises
 from .grading import REPO, RELEASE, SOURCE, assignments
 
 # The benchmark tables the README answers from: the newest run of each CPU kind on the current databases.
@@ -35,7 +36,10 @@ def machine_name(machine: dict) -> str:
 
 def answer(results: Path = REPO / "results") -> str:
     """Tuned TVM against the fastest PyTorch and ONNX Runtime, per model and machine, from the benchmark tables."""
-    from .. import benchmark, timing
+    # Here, not at the top: they load TVM and torch (5 s), which the README's other parts and the prose
+    # test's import of this module (stated_hours) need not pay.
+    from .. import peers, timing  # (5 s of TVM and torch, for this part only)
+    from ..maintainers.table import ratios  # (the same)
 
     tables = [json.loads((results / name).read_text()) for name in ANSWER_FROM]
     header = "| model | " + " | ".join(machine_name(t["machine"]) for t in tables) + " |"
@@ -45,9 +49,9 @@ def answer(results: Path = REPO / "results") -> str:
         cells = []
         for table in tables:
             row = next(r for r in table["rows"] if r["model"] == model)
-            r = benchmark.ratios(row)
-            noisy = any(timing.unreliable(row[label]) for label in (benchmark.TUNED, r["fastest_pytorch"], "ONNX Runtime"))
-            ort = row["ONNX Runtime"]["median_ms"] / row[benchmark.TUNED]["median_ms"]
+            r = ratios(row)
+            noisy = any(timing.unreliable(row[label]) for label in (peers.TUNED, r["fastest_pytorch"], peers.ORT))
+            ort = row[peers.ORT]["median_ms"] / row[peers.TUNED]["median_ms"]
             against_pytorch.append(r["tuned_vs_fastest_pytorch"])
             against_ort.append(ort)
             cells.append(f"{'≈ ' if noisy else ''}**{r['tuned_vs_fastest_pytorch']:.2f}x** / {ort:.2f}x")
@@ -105,11 +109,9 @@ def days(course: Path = REPO) -> str:
 
 def exercise_table(course: Path = REPO) -> str:
     """Each day's exercises with their points, from the sources' exercise headings."""
-    from . import exercises
-
     lines = ["| day | exercises (points) |", "| ---: | --- |"]
     for day in assignments(course):
-        found = exercises.read(nbformat.read(course / SOURCE / day / f"{day}.ipynb", as_version=4))
+        found = read_exercises(nbformat.read(course / SOURCE / day / f"{day}.ipynb", as_version=4))
         listed = "; ".join(f"{ex.title} ({ex.points}{', written, graded by you' if ex.manual else ''})" for ex in found)
         lines.append(f"| {int(day[3:5])} | {listed} |")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import nbformat
 
+from .. import machine
 from ..reference import METADATA_KEY, REFERENCE_ROOT
 from .grading import REPO
 from .readme import CPU_NAMES
@@ -40,8 +41,6 @@ def values(notebook: nbformat.NotebookNode) -> dict[str, dict]:
 def harvest(paths: list[Path], root: Path = REFERENCE_ROOT) -> Path:
     """Write this machine's reference file from executed notebooks; keys already recorded here and not
     in ``paths`` are kept (a day executed again replaces only its own values)."""
-    from .. import machine
-
     info = machine.describe()
     dest = root / f"{info.cpu}-{info.cores}cores.json"
     old = json.loads(dest.read_text()) if dest.is_file() else {}

@@ -33,9 +33,10 @@ from pathlib import Path
 
 import nbformat
 
+from .. import config
 from .grading import RELEASE, SOURCE, assignments
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = config.REPO
 SITE_ROOT = REPO / "build" / "site"
 EXECUTED_ROOT = SITE_ROOT / "executed"
 IMAGES = (".svg", ".png", ".jpg", ".jpeg", ".gif")

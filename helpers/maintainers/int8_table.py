@@ -1,0 +1,71 @@
+"""Day 12's comparison for the results: int8 MobileNetV2 in TVM against PyTorch's own int8 (``make benchmark``)."""
+
+from __future__ import annotations
+
+import torch
+import tvm
+
+from .. import databases, int8, kernels, machine, models, quantize, timing
+from ..build import check_parity
+from .report import load_average, print_and_keep
+
+
+INT8_IMAGES = 32
+
+
+def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Target | None = None) -> dict:
+    """Day 12's comparison on MobileNetV2, batch 1: PyTorch fp32 and int8, TVM fp32 and int8 tuned, timed
+    in alternating blocks in one run, with each int8 build's top-1 agreement with float32 on held-out
+    inputs (seeded noise of an image's shape: no dataset is at hand). ``target``: this CPU's, or another
+    class's imitated here (``_target_for``)."""
+    target = target or machine.cpu_target()
+    float_model, quantized, _ = quantize.quantized_model(target=target)
+    x = models.example_input(seed=1)
+    int8_db = databases.choose(quantize.database_model(target), quantized, target, tune_if_missing=False)
+    tvm_int8 = int8_db.compile(quantized, target)
+    float_imported = models.import_to_relax(float_model, x)
+    fp32_db = databases.choose("mobilenet_v2", float_imported, target, tune_if_missing=False)
+    tvm_fp32 = fp32_db.compile(float_imported, target)
+    check_parity(tvm_fp32, float_model, x)
+    torch_int8 = quantize.torch_int8(float_model, quantize.calibration_inputs())
+    held_out = [models.example_input(seed=1000 + i) for i in range(images)]
+    accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), "TVM int8 tuned": tvm_int8},
+                                  held_out)
+    load = load_average()
+    timings = timing.measure_engines({"PyTorch fp32": timing.torch_runner(float_model, x),
+                                      "PyTorch int8": timing.torch_runner(torch_int8, x),
+                                      "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
+                                      "TVM int8 tuned": timing.tvm_runner(tvm_int8, x)}, warmup=3, repeats=repeats)
+    top1 = {"PyTorch fp32": 1.0, "TVM fp32 tuned": 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
+    return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
+            "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
+            "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()},
+            "int8_instruction": int8.int8_instruction(target), "activation_max": int8.activation_max(target),
+            "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
+            "load_average": [load, load_average()]}
+
+
+def format_int8(result: dict, machine_summary: str) -> str:
+    """The int8 comparison as Markdown."""
+    lines = [f"Machine: {machine_summary}", "",
+             "| build | median ms (IQR) | speedup over PyTorch fp32 | top-1 agreement with fp32 |",
+             "| --- | ---: | ---: | ---: |"]
+    for r in result["rows"]:
+        lines.append(f"| {r['backend']} | {r['median_ms']:.2f} ({r['q3_ms'] - r['q1_ms']:.2f}) | {r['speedup']:.2f}x "
+                     f"| {100 * r['top1']:.0f} % |")
+    errors = "; ".join(f"{k}: {v['error']:.3f}" for k, v in result["accuracy"].items())
+    lines += ["", f"MobileNetV2, batch 1, one run, timed in alternating blocks. PyTorch int8: PT2E (torchao's "
+              "X86InductorQuantizer) on the float model, compiled with Inductor's freezing (quantize.torch_int8). "
+              f"Agreement on {result['held_out_images']} held-out "
+              f"inputs (seeded noise, not images); median relative error of the logits: {errors}.",
+              f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
+    if "int8_instruction" in result:
+        lines.append(f"TVM's int8 kernels: {result['int8_instruction']} instructions, activations quantized to "
+                     f"0..{result['activation_max']}.")
+    return "\n".join(lines)
+
+
+def run_int8(repeats: int = 30, save: bool = True, mcpu: str | None = None) -> str:
+    """Day 12's int8 comparison, printed and kept in results/int8-<cpu>-<cores>cores.{json,md}."""
+    target = machine.target_for(mcpu)
+    return print_and_keep("int8", "int8 on MobileNetV2", int8_run(repeats, target=target), format_int8, save, target)

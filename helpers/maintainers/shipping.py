@@ -1,0 +1,84 @@
+"""Tuning the databases the course ships for Days 12 and 14 into ``tuning/``, kept to the best record per kernel.
+
+    python -m helpers.maintainers.shipping int8 16 [--mcpu haswell]   # Day 12's int8 MobileNetV2, per int8 instruction
+    python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
+    python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
+
+The float32 models' databases are tuned in stages with their curve (``python -m helpers.maintainers.benchmark
+tune ... --into tuning/NAME --keep 1``, ``stages``); these have no eager twin to draw a curve against.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+import tvm
+
+from .. import databases, machine, quantize, transformer, tuning
+from ..machine import cpu_target
+from ..models import ImportedModel
+
+
+def tune_int8(trials_per_task: int, target: tvm.target.Target | None = None) -> Path:
+    """Tune Day 12's int8 MobileNetV2 for ``target`` (default: this CPU) into the shipped databases, one per int8
+    instruction (``quantize.database_model``), with its int8 search space; keep the best record per kernel."""
+    target = target or cpu_target()
+    _, quantized, _ = quantize.quantized_model(target=target)
+    work_dir = databases.database_dir(quantize.database_model(target), target)
+    tuning.tune(quantized.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=quantize.space_for(target))
+    kept = tuning.prune_database(work_dir)
+    print(f"{work_dir}: {kept} records kept (the best per kernel)")
+    return work_dir
+
+
+def tune_bucket(length: int, trials_per_task: int, target: tvm.target.Target | None = None) -> str:
+    """Tune the default TinyGPT's prefill bound to ``length`` into the shipped databases (kept: best per kernel)."""
+    target = target or cpu_target()
+    bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), length)
+    return tune_and_ship(bucket, transformer.bucket_name(length), trials_per_task, target, static_kernels_only=False)
+
+
+def tune_decode(trials_per_task: int, target: tvm.target.Target | None = None) -> str:
+    """Tune the static kernels of the default TinyGPT's decoding step (its matmuls on one token) into the
+    shipped databases; the kernels over the symbolic past keep TVM's default code."""
+    target = target or cpu_target()
+    return tune_and_ship(transformer.import_decode(transformer.TinyGPT()), transformer.DECODE_NAME, trials_per_task,
+                         target, static_kernels_only=True)
+
+
+def tune_and_ship(imported: ImportedModel, name: str, trials_per_task: int, target: tvm.target.Target,
+                  static_kernels_only: bool) -> str:
+    """Tune ``imported`` into the shipped database of ``name`` for ``target``, then keep the best record per kernel.
+    Weights are prepacked for a static module only: with symbolic dimensions it computes wrong numbers."""
+    work_dir = databases.database_dir(name, target)
+    tuning.tune(imported.mod, target, work_dir, max_trials_per_task=trials_per_task, prepack=not static_kernels_only,
+                static_kernels_only=static_kernels_only)
+    tuning.prune_database(work_dir, keep=1)
+    return str(work_dir)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.maintainers.shipping", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    int8 = sub.add_parser("int8", help="tune the int8 MobileNetV2 for this CPU into tuning/ (Day 12)")
+    int8.add_argument("trials", type=int, help="trials per kernel")
+    int8.add_argument("--mcpu", default=None, help="tune for a CPU class this one can run (e.g. haswell: AVX2)")
+    prefill = sub.add_parser("prefill", help="tune a TinyGPT prefill bucket into tuning/ (Day 14)")
+    prefill.add_argument("--length", type=int, default=transformer.BUCKET, help="the prefill bucket's length")
+    prefill.add_argument("--trials", type=int, default=32, help="trials per task")
+    decode = sub.add_parser("decode", help="tune the static kernels of TinyGPT's decoding step into tuning/ (Day 14)")
+    decode.add_argument("--trials", type=int, default=32, help="trials per task")
+    args = parser.parse_args(argv)
+    if args.command == "int8":
+        tune_int8(args.trials, machine.target_for(args.mcpu))
+    elif args.command == "prefill":
+        print("tuned into", tune_bucket(args.length, args.trials))
+    else:
+        print("tuned into", tune_decode(args.trials))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
