@@ -24,7 +24,7 @@ nothing exists.
 ``python -m helpers.databases list`` shows them all; ``... remove`` deletes the
 learner's own and the test runs' (never the shipped ones).
 
-Introduced on Day 8.
+Introduced on Day 7.
 """
 
 from __future__ import annotations

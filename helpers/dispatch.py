@@ -28,7 +28,7 @@ process that runs it, also after ``export_library`` and loading elsewhere:
 ``register()`` (or importing this module) does it. Importing this module is
 all a loader needs (``python -c "import helpers.dispatch"`` plus its own code).
 
-Introduced on Day 13.
+Introduced on Day 7.
 """
 
 from __future__ import annotations
