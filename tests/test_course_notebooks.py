@@ -52,6 +52,15 @@ def regenerated(tmp_path_factory):
     return Path(shutil.copytree(regenerated_course.shared(), tmp_path_factory.mktemp("course"), dirs_exist_ok=True))
 
 
+def out_of_sync(committed: Path, fresh: Path) -> str | None:
+    """Why a committed student notebook is not what its source generates (None when it is)."""
+    if _cells(committed) == _cells(fresh):
+        return None
+    return (f"{committed.relative_to(committed.parents[2])} is not what solutions/ generate. A learner: do the exercises "
+            "in your own copies (work/, opened by `make lab`) and restore this file with `git checkout -- notebooks/`. "
+            "A maintainer who changed a source: run `make student`.")
+
+
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_student_notebooks_are_exactly_what_the_sources_generate(regenerated, assignment):
     fresh = regenerated / grading.RELEASE / assignment / f"{assignment}.ipynb"
