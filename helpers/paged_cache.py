@@ -206,8 +206,8 @@ class PagedDecoder:
         cache_object = self.new_cache()
         self.run("prefill", prompt, 0, cache_object)
         past = int(np.asarray(prompt).size)
-        ids = tvm.runtime.tensor(np.array([token], dtype=TOKEN_DTYPE), self.device)
-        positions = tvm.runtime.tensor(np.array([past], dtype=TOKEN_DTYPE), self.device)
+        ids = tvm.runtime.tensor(np.array([token], dtype=PAGED_TOKEN_DTYPE), self.device)
+        positions = tvm.runtime.tensor(np.array([past], dtype=PAGED_TOKEN_DTYPE), self.device)
         begin, end, popn = (_builtin(name) for name in ("kv_state_begin_forward", "kv_state_end_forward", "kv_state_popn"))
         decode, params, sequence, one = self.vm["decode"], self.params, ShapeTuple([SEQUENCE]), ShapeTuple([1])
 
