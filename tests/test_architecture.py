@@ -245,7 +245,7 @@ def notebook_imports(root: Path = REPO) -> dict[str, set[int]]:
             names = [n.strip() for group in re.findall(r"^\s*from helpers import ([\w, ]+)", flat, re.M)
                      for n in group.split(",")]
             names += re.findall(r"^\s*from helpers\.(\w+)", source, re.M) + re.findall(r"^\s*import helpers\.(\w+)", source, re.M)
-            names += re.findall(r"\bhelpers\.(\w+)\.", source)
+            names += re.findall(r"(?<!-m )\bhelpers\.(\w+)\.", source)   # not a command a cell prints
             for name in names:
                 found.setdefault(name, set()).add(day)
     return found
