@@ -22,7 +22,7 @@ notebooks and checks this table), and what each owns:
     ir              0-3, 5-7, 9-10, 12-14         operator histograms, kernel counts, fused functions, a convolution's FLOPs
     envcheck        0                             is this machine ready for the course
     reference       0-14                          what the reference machines measured, printed beside this machine's value
-    zoo             0, 11                         the capstone: a model through the whole pipeline, its operator mix
+    zoo             11                            the capstone: a model through the whole pipeline, its operator mix
     timing          2, 4-5, 7-14                  one timing method for every backend, its records and tables, runners, busy cores
     config          4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
     dynamic         4                             one build for every batch size

@@ -8,7 +8,7 @@ results: how the convolutions split into depthwise, pointwise and regular ones
 the model has. ``make capstone`` (``helpers.maintainers.capstone``) runs it for the three models
 and keeps the table in ``results/``.
 
-Introduced on Day 0.
+Introduced on Day 11.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ FORBIDDEN = [
     ("the course's quick mode", re.compile(r"\bquick mode\b|TVM_COURSE_QUICK", re.I), "markdown"),
     ("notes about how the course was made", re.compile(
         r"\bwe (?:made|ran|measured|tried|found|tuned|recorded|changed|added|removed)\b|\bruns? of this solution\b"
-        r"|\bnotes of this course\b|\bcourse's (?:own )?notes\b|\bsource post\b|\bthe team\b|\bmaintainers?\b"
+        r"|\bnotes of this course\b|\bcourse's (?:own )?notes\b|\bsource post\b|\bthe team\b|(?<![./])\bmaintainers?\b"
         r"|\b(?:stop|issue) \d+\b|\bin every run\b", re.I), "all"),
     ("a date of measurement", re.compile(
         r"\b20\d\d-\d\d-\d\d\b|\b(?:January|February|March|April|May|June|July|August|September|October|November"

@@ -282,8 +282,6 @@ def closure(graph: dict[str, dict], start: set[str]) -> set[str]:
 def test_day_0_loads_a_handful_of_modules(graph):
     """Day 0 needs the machine, a model, a build and one arithmetic function: not the whole course."""
     day0 = {f"helpers.{name}" for name, days in notebook_imports().items() if 0 in days}
-    if "helpers.zoo" in day0:
-        pytest.skip("Day 0 imports zoo for conv_gflops until its notebook takes it from ir (ir.conv_gflops)")
     loaded = closure(graph, day0)
     assert len(loaded) <= 12, sorted(loaded)
 
