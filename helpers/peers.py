@@ -86,7 +86,12 @@ def compiled_runner(model: torch.nn.Module, x: torch.Tensor, freezing: bool = Fa
 
 
 def onnx_runtime_session(model: torch.nn.Module, x: torch.Tensor, profile_prefix: str | None = None):
-    """``model`` exported to ONNX (``onnx_export``) in an ONNX Runtime session on the CPU: all graph
+    """``model`` exported to ONNX (``onnx_export``) in an ONNX Runtime session (``onnx_session``)."""
+    return onnx_session(onnx_export(model, x), profile_prefix)
+
+
+def onnx_session(onnx_model, profile_prefix: str | None = None):
+    """An ONNX model (a path or its bytes) in an ONNX Runtime session on the CPU: all graph
     optimizations, PyTorch's thread count; with ``profile_prefix``, its profiler on, writing there
     (``layer_compare.onnx_runtime_layers``). The one way the course sets ONNX Runtime up."""
     import onnxruntime as ort  # (a second of import, for the one peer that needs it)
@@ -98,7 +103,7 @@ def onnx_runtime_session(model: torch.nn.Module, x: torch.Tensor, profile_prefix
     if profile_prefix is not None:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(onnx_export(model, x), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
 
 
 def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], object], float]:

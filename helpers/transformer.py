@@ -507,9 +507,7 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
 
 
 def _onnx_decode_runner(model: TinyGPT, inputs: tuple) -> Callable[[], object]:
-    """ONNX Runtime on the decoding step, its past dynamic; ``peers.onnx_runtime_runner``'s session options."""
-    import onnxruntime as ort
-
+    """ONNX Runtime on the decoding step, its past dynamic, in the course's one session set-up (``peers.onnx_session``)."""
     try:
         past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
         with torch_logs_held(), warnings.catch_warnings():
@@ -517,12 +515,7 @@ def _onnx_decode_runner(model: TinyGPT, inputs: tuple) -> Callable[[], object]:
             warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
             program = torch.onnx.export(Decode(model), inputs, dynamo=True, verbose=False,
                                         dynamic_shapes=(None, None, {3: past}, {3: past}))
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = torch.get_num_threads()
-        options.inter_op_num_threads = 1
-        session = ort.InferenceSession(program.model_proto.SerializeToString(), options,
-                                       providers=["CPUExecutionProvider"])
+        session = peers.onnx_session(program.model_proto.SerializeToString())
     except Exception as err:  # an exporter or loader failure: the peer is missing, with the reason
         raise peers.PeerUnavailable(peers.why_missing(peers.ORT, err)) from err
     feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
