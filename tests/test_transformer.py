@@ -6,7 +6,7 @@ import torch
 from tvm import relax
 
 from helpers import build, databases, ir, machine, peers, transformer, tuning
-from helpers.errors import CourseError, InputShapeError
+from helpers.errors import CourseError, InputShapeError, ParityError
 
 TARGET = machine.cpu_target()
 SMALL = transformer.GPTConfig(vocab=64, width=32, layers=2, heads=2, max_len=48)
@@ -189,3 +189,17 @@ def _weight_only_calls(mod) -> int:
     weights = set(main.params[int(main.attrs["num_input"]):])
     return sum(all(arg in weights for arg in call.args[1].fields) for call in ir.calls(mod, "call_tir")
                if call.args[1].fields)
+
+
+def test_the_decode_steps_peers_run_the_step_and_are_checked_against_eager(small):
+    """ONNX Runtime on the step exported with a dynamic past (Day 14's full-size table; its quick run leaves
+    the peers out): built in the course's one session set-up and checked on logits and cache before it is
+    timed; a peer that computes something else is refused."""
+    runners, missing = transformer.decode_peers(small, past=8, which=(peers.ORT,))
+    assert not missing, missing
+    assert set(runners) == {peers.EAGER, peers.ORT}
+    logits, keys, values = runners[peers.ORT]()
+    assert np.asarray(keys).shape[3] == 9, "the cache one position longer than the past"
+    with pytest.raises(ParityError, match="differ from PyTorch eager"):
+        transformer._check_step("a wrong peer", [np.asarray(logits) + 1, keys, values],
+                                [np.asarray(logits), keys, values])
