@@ -245,6 +245,32 @@ def build(kernel: tvm.tirx.PrimFunc | s_tir.Schedule, target: tvm.target.Target 
     return tvm.compile(mod, target=target or cpu_target()).mod
 
 
+def buffer_shapes(func: tvm.tirx.PrimFunc) -> list[tuple[int, ...]]:
+    """The shape of each parameter's buffer, in order: what a caller must allocate for the function."""
+    if not isinstance(func, tvm.tirx.PrimFunc):
+        raise KernelShapeError(f"expected a TensorIR function (te.create_prim_func or @T.prim_func), got {type(func).__name__}")
+    return [tuple(int(d) for d in p.shape) for p in func.params]
+
+
+def run_function(func: tvm.tirx.PrimFunc, inputs: list[np.ndarray], target: tvm.target.Target | None = None) -> np.ndarray:
+    """Build ``func`` (inputs first, its output last) and run it once on ``inputs``; returns the output.
+
+    A floating-point output starts filled with NaN, so an element the function never writes shows up
+    as NaN instead of passing as a zero that happened to be in memory.
+    """
+    *in_shapes, out_shape = buffer_shapes(func)
+    if len(in_shapes) != len(inputs):
+        raise KernelShapeError(f"the function takes {len(in_shapes)} input(s) before its output, got {len(inputs)}")
+    for i, (array, shape) in enumerate(zip(inputs, in_shapes)):
+        if tuple(array.shape) != shape:
+            raise KernelShapeError(f"input {i} has shape {tuple(array.shape)}, the function's buffer {shape}")
+    out_dtype = str(func.params[-1].dtype)
+    fill = np.nan if np.issubdtype(np.dtype(out_dtype), np.floating) else 0
+    out = tvm.runtime.tensor(np.full(out_shape, fill, out_dtype))
+    build(func, target)["main"](*(tvm.runtime.tensor(np.ascontiguousarray(a)) for a in inputs), out)
+    return out.numpy()
+
+
 def relative_error_of(lib: tvm.runtime.Module, problem: PointwiseProblem, block: int | None) -> float:
     """Run the compiled kernel once; max |kernel - PyTorch| / max |PyTorch|."""
     args = problem.args(block)

@@ -44,6 +44,31 @@ def test_packing_round_trips_and_puts_channels_innermost():
         kernels.PointwiseShape(0, 8, 2, 2)
 
 
+def test_run_function_shows_elements_never_written_and_names_a_wrong_input():
+    from tvm import te
+
+    x = te.placeholder((4,), name="x")
+    half = te.create_prim_func([x, te.compute((4,), lambda i: x[i] * 2, name="y")])
+    assert kernels.buffer_shapes(half) == [(4,), (4,)]
+    assert kernels.run_function(half, [np.arange(4, dtype=np.float32)]).tolist() == [0, 2, 4, 6]
+
+    from tvm.script import tirx as T
+
+    @T.prim_func(s_tir=True)
+    def first_two(a: T.Buffer((4,), "float32"), b: T.Buffer((4,), "float32")):
+        for i in range(2):
+            with T.sblock("copy"):
+                vi = T.axis.remap("S", [i])
+                b[vi] = a[vi]
+
+    got = kernels.run_function(first_two, [np.ones(4, np.float32)])
+    assert got[:2].tolist() == [1, 1] and np.isnan(got[2:]).all(), got
+    with pytest.raises(kernels.KernelShapeError, match=r"input 0 has shape \(3,\)"):
+        kernels.run_function(half, [np.ones(3, np.float32)])
+    with pytest.raises(kernels.KernelShapeError, match="TensorIR function"):
+        kernels.buffer_shapes(np.ones(3))
+
+
 @pytest.mark.timed
 def test_naive_and_scheduled_kernels_match_pytorch_and_the_schedule_is_faster():
     shape = kernels.PointwiseShape(96, 64, 7, 7)
