@@ -43,6 +43,54 @@ def _parts(day: str, grade_id: str) -> tuple[str, str]:
     return visible, hidden
 
 
+# ---------------------------------------------------------------- Day 0: float32 lanes from a target's features
+
+DAY00 = "day00_environment"
+
+
+def _day00_namespace(**extra) -> dict:
+    return dict(tvm=tvm, machine=machine, target=machine.cpu_target()) | extra
+
+
+def test_day00_solution_passes_visible_and_hidden_tests():
+    namespace = _day00_namespace()
+    exec(_cell(DAY00, "float32_lanes"), namespace)
+    exec(_cell(DAY00, "test_float32_lanes"), namespace)
+
+
+def _lanes_by_avx2(target) -> int:
+    """Keyed on AVX2 instead of AVX: a Sandy Bridge's 256-bit registers go unseen."""
+    features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+    return 16 if "avx512f" in features else 8 if "avx2" in features else 4
+
+
+def _lanes_by_name(target) -> int:
+    """Reads the features of the CPU the target names, not of the target: a feature it switches off still counts."""
+    named = tvm.target.Target({"kind": "llvm", "mcpu": str(target.attrs["mcpu"]),
+                               **({"mtriple": str(target.attrs["mtriple"])} if "mtriple" in target.attrs else {})})
+    return _lanes_x86_and_arm(named)
+
+
+def _lanes_x86_and_arm(target) -> int:
+    features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+    return 16 if "avx512f" in features else 8 if "avx" in features else 4 if features & {"sse2", "neon"} else 1
+
+
+def _lanes_x86_only(target) -> int:
+    """Knows x86's features only: an ARM CPU's NEON is taken for scalar code."""
+    features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}
+    return 16 if "avx512f" in features else 8 if "avx" in features else 4 if "sse2" in features else 1
+
+
+@pytest.mark.parametrize("wrong", [_lanes_by_avx2, _lanes_by_name, _lanes_x86_only])
+def test_day00_hidden_tests_alone_catch_lanes_keyed_on_avx2_on_the_name_or_on_x86_only(wrong):
+    visible, hidden = _parts(DAY00, "test_float32_lanes")
+    namespace = _day00_namespace(float32_lanes=wrong)
+    exec(visible, namespace)  # this CPU, haswell and skylake-avx512: the visible test cannot tell
+    with pytest.raises(AssertionError, match="float32 lanes"):
+        exec(hidden, namespace)
+
+
 # ---------------------------------------------------------------- Day 9: timing an asynchronous device
 
 def _time_async_without_warmup_sync(launch, sync, repeats=20, warmup=3):
@@ -54,7 +102,9 @@ def _time_async_without_warmup_sync(launch, sync, repeats=20, warmup=3):
 
 
 def test_day09_solution_passes_visible_and_hidden_tests():
-    namespace = {"gpu": gpu, "timing": timing}
+    import statistics
+
+    namespace = {"gpu": gpu, "timing": timing, "time": time, "statistics": statistics}
     exec(_cell("day09_gpu", "time_async"), namespace)
     exec(_cell("day09_gpu", "test_time_async"), namespace)
 
@@ -523,6 +573,79 @@ def test_day13_hidden_library_function_tests_alone_catch_a_plain_matmul_and_a_bu
     exec(visible, namespace)  # Linears only, batch 1: the visible test cannot tell
     with pytest.raises(Exception, match=message):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 7: a layout change with its padding, in TE
+
+DAY07 = "day07_layouts"
+
+
+def _day07_namespace(**extra) -> dict:
+    from tvm import te
+
+    from helpers import kernels
+
+    target = machine.cpu_target()
+    return dict(np=np, tvm=tvm, te=te, kernels=kernels, target=target, LANES=kernels.float32_lanes(target)) | extra
+
+
+def _pack(lanes_for_c: int | None = None, batch_one: bool = False, floor_blocks: bool = False,
+          clamp: bool = False, swap: bool = False):
+    """A pack_activation with one mistake: a fixed block, batch 1, too few blocks, padding that repeats
+    the last channel instead of zeros, or block and lane swapped."""
+    from tvm import te
+
+    def pack_activation(n, channels, h, w, c):
+        c = lanes_for_c or c
+        n = 1 if batch_one else n
+        blocks = channels // c if floor_blocks else -(-channels // c)
+        X = te.placeholder((n, channels, h, w), name="X")
+
+        def element(b, cb, y, x, ci):
+            ch = ci * blocks + cb if swap else cb * c + ci
+            if clamp:
+                return X[b, te.min(ch, channels - 1), y, x]
+            return te.if_then_else(ch < channels, X[b, te.min(ch, channels - 1), y, x], tvm.tirx.const(0.0, "float32"))
+
+        return te.create_prim_func([X, te.compute((n, blocks, h, w, c), element, name="Y")])
+
+    return pack_activation
+
+
+def test_day07_solution_passes_visible_and_hidden_tests():
+    namespace = _day07_namespace()
+    exec(_cell(DAY07, "pack_activation"), namespace)
+    exec(_cell(DAY07, "test_pack_activation"), namespace)
+    exec(_cell(DAY07, "test_unpack_activation"), namespace)
+
+
+@pytest.mark.parametrize("mistake", [dict(floor_blocks=True), dict(clamp=True), dict(swap=True)])
+def test_day07_pack_tests_catch_too_few_blocks_repeated_padding_and_swapped_indices(mistake):
+    with pytest.raises(AssertionError, match="buffers should be|wrong place"):
+        exec(_cell(DAY07, "test_pack_activation"), _day07_namespace(pack_activation=_pack(**mistake)))
+
+
+@pytest.mark.parametrize("mistake", ["this CPU's block", "batch 1"])
+def test_day07_hidden_pack_tests_alone_catch_a_pack_for_this_cpus_block_or_batch_one(mistake):
+    namespace = _day07_namespace()
+    wrong = _pack(lanes_for_c=namespace["LANES"]) if mistake == "this CPU's block" else _pack(batch_one=True)
+    visible, hidden = _parts(DAY07, "test_pack_activation")
+    namespace["pack_activation"] = wrong
+    exec(visible, namespace)  # block LANES and batch 1: the visible test cannot tell
+    with pytest.raises(AssertionError, match="buffers should be"):
+        exec(hidden, namespace)
+
+
+def test_day07_unpack_tests_catch_an_unpack_that_keeps_the_padding():
+    from tvm import te
+
+    def unpack_activation(n, channels, h, w, c):
+        blocks = -(-channels // c)
+        Y = te.placeholder((n, blocks, h, w, c), name="Y")
+        return te.create_prim_func([Y, te.compute((n, blocks * c, h, w), lambda b, ch, y, x: Y[b, ch // c, y, x, ch % c])])
+
+    with pytest.raises(AssertionError, match="buffers should be"):
+        exec(_cell(DAY07, "test_unpack_activation"), _day07_namespace(unpack_activation=unpack_activation))
 
 
 # ---------------------------------------------------------------- Day 12: int8
