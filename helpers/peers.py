@@ -178,11 +178,22 @@ def check_against_eager(runners: Mapping[str, Callable[[], object]], labels: Ite
     ``EAGER`` runner's by more than ``RTOL``: what every runner passes before it is timed."""
     expected = _first_output(runners[EAGER]())
     for label in runners if labels is None else labels:
-        if label == EAGER:
-            continue
-        error = relative_error(_first_output(runners[label]()), expected)
+        if label != EAGER:
+            check_outputs(label, [_first_output(runners[label]())], [expected])
+
+
+def check_outputs(label: str, got: Sequence, want: Sequence[np.ndarray], names: Sequence[str] | None = None) -> None:
+    """Raise ``ParityError`` unless each of ``got`` has the shape of PyTorch eager's ``want`` and matches it
+    within ``RTOL``; ``names`` (e.g. logits, keys, values) say which output differs where there are several."""
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, name = np.asarray(g), names[i] if names else None
+        if g.shape != w.shape:
+            what = f"its {name} have" if name else "its output has"
+            raise ParityError(f"{label}: {what} shape {g.shape}, PyTorch eager's {w.shape}.")
+        error = relative_error(g, w)
         if not error <= RTOL:  # also catches NaN
-            raise ParityError(f"{label} differs from PyTorch eager: relative error {error:.2e} > {RTOL:.0e}.")
+            what = f"{label}: its {name} differ from PyTorch eager's" if name else f"{label} differs from PyTorch eager"
+            raise ParityError(f"{what}: relative error {error:.2e} > {RTOL:.0e}.")
 
 
 def _first_output(out) -> object:

@@ -33,7 +33,7 @@ from torch import nn
 from tvm import relax
 
 from . import databases, peers, timing
-from .build import CompiledModel, device_for, load_executable, relative_error
+from .build import CompiledModel, device_for, load_executable, relative_error, transform_params
 from .errors import CourseError, InputShapeError, ParityError
 from .machine import cpu_target
 from .models import ImportedModel, to_relax, torch_logs_held
@@ -41,6 +41,7 @@ from .models import ImportedModel, to_relax, torch_logs_held
 TOKEN_DTYPE = "int64"
 DYNAMIC, TUNED_BUCKET, SYMBOLIC = "torch.compile (dynamic)", "TVM bucket, tuned", "TVM, symbolic length"
 DECODE_TVM = "TVM decode, symbolic past"
+STEP_OUTPUTS = ("logits", "keys", "values")  # what a decoding step returns, in order
 BUCKET = 64  # the prefill bucket Day 14 tunes and measures
 BUCKETS = (BUCKET, 128)  # the prefill buckets whose tuning databases ship (make benchmark measures each)
 BUCKET_PREFIX = "tinygpt_prefill"  # its database's model name, with the length appended
@@ -444,9 +445,7 @@ def compile_with_passes(imported: ImportedModel, target: tvm.target.Target | Non
     executable = tvm.compile(mod, target=target)
     compiled = symbolic_model(executable, imported, target) if length_bounds(imported.mod) else \
         load_executable(executable, imported, target)
-    if any(gv.name_hint == "main_transform_params" for gv in mod.get_global_vars()):
-        compiled.params = list(compiled.vm["main_transform_params"](compiled.params))
-    return compiled
+    return transform_params(compiled)
 
 
 def scheduled_kernels(mod: tvm.IRModule) -> tuple[list[str], list[str]]:
@@ -502,7 +501,7 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
     want = [t.numpy() for t in eager()]
     for label, run in runners.items():
         got = [t.numpy() if hasattr(t, "numpy") else np.asarray(t) for t in run()]
-        _check_step(label, got, want)
+        peers.check_outputs(label, got, want, STEP_OUTPUTS)
     return runners, missing
 
 
@@ -522,17 +521,6 @@ def _onnx_decode_runner(model: TinyGPT, inputs: tuple) -> Callable[[], object]:
     return lambda: session.run(None, feed)
 
 
-def _check_step(label: str, got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> None:
-    """``ParityError`` unless the logits, keys and values of a step match eager's within ``peers.RTOL``."""
-    for name, g, w in zip(("logits", "keys", "values"), got, want):
-        g = np.asarray(g)
-        if g.shape != w.shape:
-            raise ParityError(f"{label}: its {name} have shape {g.shape}, PyTorch eager's {w.shape}.")
-        error = relative_error(g, w)
-        if not error <= peers.RTOL:  # also catches NaN
-            raise ParityError(f"{label}: its {name} differ from PyTorch eager's: relative error {error:.2e} > {peers.RTOL:.0e}.")
-
-
 def step_runners(model: TinyGPT, decoders: dict, past: int, token: int = 7) -> dict[str, Callable[[], object]]:
     """One decoding step after ``past`` positions, eager and by each of ``decoders`` (label -> a ``Decoder``
     or a ``paged_cache.PagedDecoder``), as runners that time like with like: inputs on the device and
@@ -550,7 +538,7 @@ def step_runners(model: TinyGPT, decoders: dict, past: int, token: int = 7) -> d
     want = [t.numpy() for t in eager()]
     runners = {peers.EAGER: eager}
     for label, decoder in decoders.items():
-        _check_step(label, decoder.after_one_step(prompt.numpy(), token, (keys, values)), want)
+        peers.check_outputs(label, decoder.after_one_step(prompt.numpy(), token, (keys, values)), want, STEP_OUTPUTS)
         runners[label] = decoder.step_runner(prompt.numpy(), token, (keys, values))
     return runners
 

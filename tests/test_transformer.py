@@ -201,5 +201,24 @@ def test_the_decode_steps_peers_run_the_step_and_are_checked_against_eager(small
     logits, keys, values = runners[peers.ORT]()
     assert np.asarray(keys).shape[3] == 9, "the cache one position longer than the past"
     with pytest.raises(ParityError, match="differ from PyTorch eager"):
-        transformer._check_step("a wrong peer", [np.asarray(logits) + 1, keys, values],
-                                [np.asarray(logits), keys, values])
+        peers.check_outputs("a wrong peer", [np.asarray(logits) + 1, keys, values],
+                            [np.asarray(logits), keys, values], transformer.STEP_OUTPUTS)
+    with pytest.raises(ParityError, match="its keys have shape"):
+        peers.check_outputs("a short cache", [logits, np.asarray(keys)[..., :-1, :], values],
+                            [np.asarray(logits), np.asarray(keys), np.asarray(values)], transformer.STEP_OUTPUTS)
+
+
+def test_compile_with_passes_runs_lifted_weight_work_once_on_a_bucket_and_a_symbolic_build(small, symbolic):
+    imported, _ = symbolic
+    bucket = transformer.bind_length(imported, 16)
+    ids = transformer.tokens(16, SMALL.vocab, seed=4)
+    want = _prefill_outputs(small, ids)[0]
+    lift = [relax.transform.LiftTransformParams()]
+    for label, module in [("bucket", bucket), ("symbolic", imported)]:
+        plain = transformer.compile_with_passes(module, TARGET, [])
+        lifted = transformer.compile_with_passes(module, TARGET, lift)
+        shapes = [[tuple(p.shape) for p in compiled.params] for compiled in (plain, lifted)]
+        assert shapes[0] != shapes[1], f"{label}: the lifted build's weights were not transformed (transposed)"
+        for compiled in (plain, lifted):
+            got = transformer.outputs(compiled.run_on_device(compiled.to_device(ids)))
+            assert build.relative_error(got[0], want) < 1e-5, label
