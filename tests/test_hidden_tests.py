@@ -91,6 +91,63 @@ def test_day00_hidden_tests_alone_catch_lanes_keyed_on_avx2_on_the_name_or_on_x8
         exec(hidden, namespace)
 
 
+# ---------------------------------------------------------------- Day 3: the passes the VirtualMachine cannot do without
+
+DAY03 = "day03_build"
+DAY03_NEEDED = ("LegalizeOps", "CallTIRRewrite", "LowerAllocTensor", "LowerRuntimeBuiltin", "AttachGlobalSymbol")
+
+
+def _day03_namespace(**extra) -> dict:
+    """The names the exercise's cells use, ``ALL_PASSES`` and ``quietly`` from the notebook's own cell."""
+    from tvm import relax
+
+    torch.manual_seed(0)
+    small = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU()).eval()
+    namespace = dict(np=np, torch=torch, tvm=tvm, relax=relax, build=build, machine=machine, models=models,
+                     target=machine.cpu_target(), imported=models.import_to_relax(small, torch.randn(1, 3, 6, 6)))
+    nb = nbformat.read(grading.REPO / grading.SOURCE / DAY03 / f"{DAY03}.ipynb", as_version=4)
+    exec(next(c.source for c in nb.cells if c.get("id") == "all-passes"), namespace)
+    return namespace | extra
+
+
+def _passes_named(*names):
+    """A lowering_passes that returns the CPU pipeline's passes of these names, in the order given."""
+    def lowering_passes(target):
+        from tvm.relax.backend import cpu_generic
+
+        every = {p.info.name: p for p in (cpu_generic.library_dispatch_passes(target) + cpu_generic.legalize_passes(target)
+                                          + cpu_generic.pipeline.dataflow_lower_passes(target)
+                                          + cpu_generic.finalize_passes(target))}
+        return [every[n] for n in names]
+    return lowering_passes
+
+
+def test_day03_the_passes_the_vm_needs_pass_visible_and_hidden_tests():
+    """The right answer, given directly (the gate proves the solution's experiment finds it)."""
+    namespace = _day03_namespace(lowering_passes=_passes_named(*DAY03_NEEDED))
+    exec(_cell(DAY03, "test_lowering_passes_build"), namespace)
+    exec(_cell(DAY03, "test_lowering_passes_minimal"), namespace)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (DAY03_NEEDED[:-1], "cannot|must be called"),   # a lowering pass missing: the build fails
+    (("CallTIRRewrite", "LegalizeOps") + DAY03_NEEDED[2:], "keep the pipeline's order"),
+    (DAY03_NEEDED + ("FuseOps",), "not passes of the CPU pipeline|keep the pipeline's order"),
+])
+def test_day03_build_tests_catch_a_missing_pass_and_a_wrong_order(wrong, message):
+    with pytest.raises(Exception, match=message):
+        exec(_cell(DAY03, "test_lowering_passes_build"), _day03_namespace(lowering_passes=_passes_named(*wrong)))
+
+
+def test_day03_minimal_tests_catch_an_optimisation_kept():
+    wrong = ("LegalizeOps", "CallTIRRewrite", "StaticPlanBlockMemory", "LowerAllocTensor", "LowerRuntimeBuiltin",
+             "AttachGlobalSymbol")
+    namespace = _day03_namespace(lowering_passes=_passes_named(*wrong))
+    exec(_cell(DAY03, "test_lowering_passes_build"), namespace)   # it builds: only the second test can tell
+    with pytest.raises(AssertionError, match=r"without \['StaticPlanBlockMemory'\]"):
+        exec(_cell(DAY03, "test_lowering_passes_minimal"), namespace)
+
+
 # ---------------------------------------------------------------- Day 9: timing an asynchronous device
 
 def _time_async_without_warmup_sync(launch, sync, repeats=20, warmup=3):
@@ -324,22 +381,42 @@ def test_day11_plot_test_catches_a_wrong_chart(wrong, message):
 
 # ---------------------------------------------------------------- Day 4: is a difference bigger than the noise?
 
+def _quartiles_apart(baseline, candidate):
+    """The interquartile ranges do not overlap: safe, but it misses many real wins."""
+    return bool(candidate.q3_ms < baseline.q1_ms)
+
+
 def _medians_only(baseline, candidate):
-    """Wrong: a lower median is not enough when the spreads overlap."""
-    return candidate.median_ms < baseline.median_ms
+    """A lower median, however small the difference: a false alarm every other time."""
+    return bool(candidate.median_ms < baseline.median_ms)
+
+
+def _over_a_fixed_time(baseline, candidate):
+    """Faster by a fixed 0.6 ms: right for runs of about 10 ms only."""
+    return bool(baseline.median_ms - candidate.median_ms > 0.6)
+
+
+def _day04_namespace(**extra) -> dict:
+    return {"timing": timing, "np": np} | extra
 
 
 def test_day04_solution_passes_visible_and_hidden_tests():
-    namespace = {"timing": timing}
+    namespace = _day04_namespace()
     exec(_cell("day04_benchmark", "clearly_faster"), namespace)
     exec(_cell("day04_benchmark", "test_clearly_faster"), namespace)
 
 
-def test_day04_hidden_tests_alone_catch_a_comparison_of_medians():
+@pytest.mark.parametrize("wrong, message", [(_quartiles_apart, "found in only"), (_medians_only, "called different")])
+def test_day04_tests_catch_a_rule_that_misses_wins_and_one_that_cries_wolf(wrong, message):
+    with pytest.raises(AssertionError, match=message):
+        exec(_cell("day04_benchmark", "test_clearly_faster"), _day04_namespace(clearly_faster=wrong))
+
+
+def test_day04_hidden_tests_alone_catch_a_threshold_in_milliseconds():
     visible, hidden = _parts("day04_benchmark", "test_clearly_faster")
-    namespace = {"timing": timing, "clearly_faster": _medians_only}
-    exec(visible, namespace)  # the visible cases are far apart: medians agree with the quartiles there
-    with pytest.raises(AssertionError, match="too close to call"):
+    namespace = _day04_namespace(clearly_faster=_over_a_fixed_time)
+    exec(visible, namespace)  # runs of about 10 ms: the visible test cannot tell
+    with pytest.raises(AssertionError, match="scaled by"):
         exec(hidden, namespace)
 
 
