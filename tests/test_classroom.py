@@ -98,7 +98,7 @@ def test_feedback_tells_the_learner_what_was_expected(graded):
     pages = {p.parts[-3]: p.read_text() for p in grading.feedback(DAY, course)}
     assert set(pages) >= {"crashes", "partial", "edits_tests"}
     # the restored visible test explains the wrong answer
-    assert "is not a SIMD width a real CPU has" in pages["edits_tests"]
+    assert "is not a SIMD width of an x86-64 CPU" in pages["edits_tests"]
     assert "NotImplementedError" in pages["partial"]
 
 
