@@ -169,7 +169,9 @@ c.ExchangeFactory.collect = "helpers.instructor.hub_exchange.OwnerCheckedCollect
 # hidden from the learners (and from next year's class); each failing test's message still shows
 from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
 from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
-c.GenerateFeedback.preprocessors = [ClearHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+# ... nor in the outputs: a traceback prints the lines around the failing one, hidden tests included
+from helpers.instructor.feedback_hidden import HideHiddenTestsInOutputs  # noqa: E402
+c.GenerateFeedback.preprocessors = [HideHiddenTestsInOutputs, ClearHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
 '''
 
 

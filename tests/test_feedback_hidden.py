@@ -1,0 +1,42 @@
+"""Feedback keeps the hidden tests hidden in the outputs too: a traceback's context lines are replaced."""
+
+import nbformat
+
+from helpers.instructor.feedback_hidden import MARK, HideHiddenTestsInOutputs, hide, hidden_lines
+
+SOURCE = """x = answer()
+assert x == 2, f"expected 2, got {x}"
+### BEGIN HIDDEN TESTS
+for secret in [17, 19]:
+    assert answer(secret) == secret + 1
+### END HIDDEN TESTS
+"""
+
+# IPython's traceback, colours included: the failing visible line and three lines after it
+TRACEBACK = ("\x1b[0;31m---------------------------------------------------------------------------\x1b[0m\n"
+             "Cell \x1b[0;32mIn[6], line 2\x1b[0m\n"
+             "\x1b[1;32m      1\x1b[0m x \x1b[38;5;241m=\x1b[39m answer()\n"
+             "\x1b[0;32m----> 2\x1b[0m \x1b[38;5;28;01massert\x1b[39;00m x \x1b[38;5;241m==\x1b[39m 2\n"
+             "\x1b[1;32m      3\x1b[0m ### BEGIN HIDDEN TESTS\n"
+             "\x1b[1;32m      4\x1b[0m for secret in [17, 19]:\n"
+             "\x1b[1;32m      5\x1b[0m     assert answer(secret) == secret + 1\n")
+
+
+def test_a_traceback_that_shows_hidden_lines_shows_marks_instead():
+    hidden = hidden_lines(SOURCE)
+    assert hidden == {"for secret in [17, 19]:", "assert answer(secret) == secret + 1"}
+    shown = hide(TRACEBACK, hidden)
+    assert "secret" not in shown and shown.count(MARK) == 2
+    assert "answer()" in shown and "----> 2" in shown, "the visible lines, the failing one too, stay"
+
+
+def test_the_preprocessor_changes_outputs_of_cells_with_hidden_tests_only():
+    failing = nbformat.v4.new_code_cell(SOURCE, outputs=[nbformat.v4.new_output(
+        "error", ename="AssertionError", evalue="expected 2, got 3", traceback=TRACEBACK.split("\n"))])
+    printing = nbformat.v4.new_code_cell("print('for secret in [17, 19]:')", outputs=[
+        nbformat.v4.new_output("stream", name="stdout", text="for secret in [17, 19]:\n")])
+    nb = nbformat.v4.new_notebook(cells=[failing, printing])
+    nb, _ = HideHiddenTestsInOutputs().preprocess(nb, {})
+    assert not any("secret" in line for line in nb.cells[0].outputs[0].traceback)
+    assert nb.cells[0].outputs[0].evalue == "expected 2, got 3", "the failing test's message stays"
+    assert nb.cells[1].outputs[0].text == "for secret in [17, 19]:\n", "a cell without hidden tests is left alone"
