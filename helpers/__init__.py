@@ -49,7 +49,7 @@ notebooks and checks this table), and what each owns:
     hugging_face    14                            Hugging Face architectures built from a config, through TVM
     results         -                             the results files in results/ (no day imports it yet: Days 8, 11, 13 use ``benchmark``)
     cache           -                             tuned builds compiled once, then loaded; the test suite's import cache
-    capture         -                             stderr capture, C++ included (Days 6 and 13 use it as ``export.capture_stderr``)
+    capture         3                             stderr capture, C++ included (Days 6, 13 and 14 use it as ``export.capture_stderr``)
 """
 
 import os

@@ -2,7 +2,10 @@
 
 A leaf of its own: exporting a library (``export``, the compile ``cache``) and profiling with
 PyTorch's profiler (``dispatch``) all hold TVM's log lines away from a notebook's stderr, which
-nbgrader scores as a failure. Day 6 introduces it, as ``export.capture_stderr``.
+nbgrader scores as a failure. Day 3 keeps the warnings of failed builds out of its cells with it;
+Days 6, 13 and 14 use it as ``export.capture_stderr``.
+
+Introduced on Day 3.
 """
 
 from __future__ import annotations
