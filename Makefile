@@ -70,6 +70,7 @@ benchmark: env
 	$(BIN)/python -m helpers.maintainers.benchmark table $(MODELS)
 	$(BIN)/python -m helpers.maintainers.benchmark int8
 	$(BIN)/python -m helpers.maintainers.benchmark transformer
+	$(BIN)/python -m helpers.maintainers.benchmark transformer-large
 
 # Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.
 capstone: env

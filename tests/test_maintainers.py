@@ -19,7 +19,8 @@ import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from helpers import build, databases, dispatch, machine, models, paged_cache, peers, quantize, results, transformer, tuning
-from helpers.maintainers import benchmark, capstone, int8_table, shipping, stages, table, transfer_study, transformer_table
+from helpers.maintainers import (benchmark, capstone, int8_table, shipping, stages, table, transfer_study, transformer_large,
+                                 transformer_table)
 
 TARGET = machine.cpu_target()
 GPT = transformer.TinyGPT  # the class itself: tests swap the default model for a small one
@@ -212,6 +213,21 @@ def test_the_transformer_comparison_times_each_bucket_and_the_decoding_step(cour
     assert {transformer.DECODE_TVM, transformer.DECODE_TUNED, paged_cache.LABEL, peers.EAGER} <= set(result["decode"])
     text = transformer_table.format_transformer(result, "a test machine")
     assert "| prefill, 16 tokens |" in text and "| decode after 16 |" in text
+
+
+def test_the_large_transformer_comparison_gives_tokens_per_second_and_the_memory_floor(monkeypatch):
+    """The same code at a tiny size; torch.compile(dynamic=True) is eager here (its compile costs a minute)."""
+    monkeypatch.setattr(torch, "compile", lambda module, **options: module)
+    result = transformer_large.large_run(SMALL_GPT, past=8, prompt=8, repeats=2)
+    assert {peers.EAGER, transformer_large.UNTUNED, transformer_large.WITH_DLIGHT} <= set(result["decode"])
+    assert peers.EAGER in result["prefill"] and result["bandwidth_gbs"] > 0
+    assert result["dlight"]["scheduled"], "DLight's GEMV takes the layers' matrix-vector products"
+    model = GPT(SMALL_GPT)
+    width = SMALL_GPT.width * 4   # float32
+    assert result["weight_bytes_per_token"] == sum(p.numel() * 4 for p in model.parameters()) - (
+        SMALL_GPT.vocab + SMALL_GPT.max_len) * width + 2 * width
+    text = transformer_large.format_large(result, "a test machine")
+    assert "| decode after 8 |" in text and "| prefill of 8 |" in text and "memory floor" in text.lower()
 
 
 def test_the_capstone_command_keeps_each_models_row(course, tuned, capsys):

@@ -1,6 +1,7 @@
 """The course's benchmark, from the command line: tune models in stages, and print "is it actually faster?".
 
-``make benchmark`` runs ``table``, ``int8`` and ``transformer``. The commands (see docs/maintainers.md):
+``make benchmark`` runs ``table``, ``int8``, ``transformer`` and ``transformer-large``. The commands (see
+docs/maintainers.md):
 
 * ``tune mobilenet_v2 --stages 8 16 32 64 --keep 1`` tunes a model with weight prepacking in stages,
   measuring tuned TVM against eager after each (``stages``); ``--seed-from DIR`` tops up a database
@@ -9,7 +10,9 @@
   the table in ``results/`` (``table``); ``compare MODEL DIR...`` times tuned TVM built with each of
   several databases beside the peers.
 * ``layers MODEL``: tuned TVM's convolutions against the fastest PyTorch's and ONNX Runtime's (``layers``).
-* ``int8`` (Day 12, ``int8_table``) and ``transformer`` (Day 14, ``transformer_table``).
+* ``int8`` (Day 12, ``int8_table``) and ``transformer`` (Day 14, ``transformer_table``); ``transformer-large``
+  decodes with a transformer of GPT-2 small's sizes, in tokens per second and against its memory floor
+  (``transformer_large``).
 * ``dispatch-run`` is ``table``'s own: tuned TVM with its convolutions on oneDNN, in a process of its own.
 """
 
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from .. import machine, models, peers
 from ..zoo import ZOO
-from . import int8_table, layers, stages, table, transformer_table
+from . import int8_table, layers, stages, table, transformer_large, transformer_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     transformer_cmd = sub.add_parser("transformer", help="Day 14: a small GPT's prefill bucket and decoding step, TVM against PyTorch")
     transformer_cmd.add_argument("--repeats", type=int, default=100, help="sub-millisecond calls: many, for a stable median")
     transformer_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    large_cmd = sub.add_parser("transformer-large", help="a GPT-2-small-sized transformer decoding: tokens/s, memory floor")
+    large_cmd.add_argument("--repeats", type=int, default=20)
+    large_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     dispatch_cmd = sub.add_parser("dispatch-run", help="eager against tuned TVM + oneDNN convs, as JSON (run by table)")
     dispatch_cmd.add_argument("model", choices=models.available_models())
     dispatch_cmd.add_argument("--batch", type=int, default=1)
@@ -90,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         int8_table.run_int8(args.repeats, save=not args.no_save, mcpu=args.mcpu)
     elif args.command == "transformer":
         transformer_table.run_transformer(args.repeats, save=not args.no_save)
+    elif args.command == "transformer-large":
+        transformer_large.run_large(args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":
         print(json.dumps(table.dispatch_run(args.model, args.batch, args.repeats, args.mcpu)))
     else:

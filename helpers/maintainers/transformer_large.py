@@ -1,0 +1,103 @@
+"""A transformer of GPT-2 small's sizes, decoding, TVM against PyTorch and ONNX Runtime in tokens per
+second and on the memory roofline (``make benchmark``).
+
+At Day 14's width of 128 a decoding step measures per-call overheads, not the compiler. At GPT-2 small's
+sizes (random weights: nothing downloaded) each step's matrix-vector products read every weight once per
+token, so the step is bound by memory: its floor is the bytes of weights read per token over the memory
+bandwidth. TVM's step is built twice without tuning: with the default pipeline (no schedules), and fused
+with the weights' transposes lifted out of the step and DLight's CPU rules (``GEMV``, ``Reduction``), TVM's
+own schedules for kernels of a symbolic length. The
+prefill is timed for PyTorch's peers and ONNX Runtime: TVM's prefill at this size needs tuned matrix
+kernels, and no database for these shapes ships.
+"""
+
+from __future__ import annotations
+
+import torch
+import tvm
+
+from .. import build, kernels, machine, peers, timing, transformer
+from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
+
+GPT2_SMALL = transformer.GPTConfig(vocab=50257, width=768, layers=12, heads=12, max_len=1024)
+UNTUNED = "TVM decode, untuned"
+WITH_DLIGHT = "TVM decode, DLight CPU rules"
+
+
+def dlight_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """Day 14's: legalize and fuse (``build.fusion_passes``), lift the weights' transposes into
+    ``main_transform_params`` (run once at load, not per token), then DLight's CPU rules."""
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    return build.fusion_passes(target) + [relax.transform.LiftTransformParams(), relax.transform.FoldConstant(),
+                                          dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())]
+
+
+def weight_bytes_per_token(model: transformer.TinyGPT) -> int:
+    """Bytes of weights one decoding step reads: every parameter, except that of the two embedding
+    tables it reads one row each."""
+    tables = (model.tok.weight, model.pos.weight)
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    return total - sum(t.numel() * t.element_size() for t in tables) + sum(t.shape[1] * t.element_size() for t in tables)
+
+
+def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, prompt: int = 128, repeats: int = 20) -> dict:
+    """The decoding step after ``past`` positions by every engine, and the prefill of ``prompt`` tokens by
+    PyTorch's peers and ONNX Runtime, each checked against eager, timed in alternating blocks."""
+    target = machine.cpu_target()
+    model = transformer.TinyGPT(config)
+    decode_import = transformer.import_decode(model)
+    decoders = {UNTUNED: transformer.compile_decoder(decode_import, target),
+                WITH_DLIGHT: transformer.Decoder(transformer.compile_with_passes(decode_import, target, dlight_passes(target)))}
+    with target:   # which kernels DLight's rules took, and which they left as plain loops
+        scheduled, left = transformer.scheduled_kernels(tvm.transform.Sequential(dlight_passes(target))(decode_import.mod))
+    decode, missing = transformer.decode_peers(model, past)
+    decode |= {label: run for label, run in transformer.step_runners(model, decoders, past).items() if label != peers.EAGER}
+    prefill = peers.peers(transformer.Prefill(model), transformer.tokens(prompt, config.vocab, seed=1))
+    bandwidth = kernels.memory_bandwidth_gbs()
+    load = load_average()
+    decode_timings = timing.measure_engines(decode, warmup=2, repeats=repeats)
+    prefill_timings = timing.measure_engines(prefill.runners, warmup=2, repeats=repeats)
+    return {"model": f"TinyGPT {config}", "parameters": sum(p.numel() for p in model.parameters()),
+            "weight_bytes_per_token": weight_bytes_per_token(model), "bandwidth_gbs": bandwidth,
+            "past": past, "prompt": prompt, "decode": records(decode_timings), "prefill": records(prefill_timings),
+            "missing": {**missing, **prefill.missing}, "dlight": {"scheduled": scheduled, "left": left},
+            "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
+            "load_average": [load, load_average()]}
+
+
+def format_large(result: dict, machine_summary: str) -> str:
+    """Tokens per second of each engine, the fastest named, and the decoding step against its memory floor."""
+    floor_ms = result["weight_bytes_per_token"] / (result["bandwidth_gbs"] * 1e9) * 1e3
+    lines = [f"Machine: {machine_summary}", "",
+             "| step | engine | median ms (IQR) | tokens/s | vs eager | memory floor / median |",
+             "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for step, engines, tokens in [(f"decode after {result['past']}", result["decode"], 1),
+                                  (f"prefill of {result['prompt']}", result["prefill"], result["prompt"])]:
+        eager = engines[peers.EAGER]["median_ms"]
+        for label, r in sorted(engines.items(), key=lambda item: item[1]["median_ms"]):
+            mark = UNRELIABLE_MARK if timing.unreliable(r) or timing.unreliable(engines[peers.EAGER]) else ""
+            roof = f"{floor_ms / r['median_ms']:.0%}" if tokens == 1 else "—"
+            lines.append(f"| {step} | {label} | {mark}{r['median_ms']:.2f} ({r['iqr_ms']:.2f}) "
+                         f"| {tokens / r['median_ms'] * 1e3:.1f} | {mark}{eager / r['median_ms']:.2f}× | {roof} |")
+    lines += ["", f"{result['model']}: {result['parameters'] / 1e6:.0f} M parameters, random weights, batch 1, float32; "
+              "the rows of each step from fastest to slowest, from one run in alternating blocks. "
+              f"{UNRELIABLE_MARK.strip()} marks noise.",
+              f"Memory floor of a decoding step: {result['weight_bytes_per_token'] / 1e6:.0f} MB of weights read per token "
+              f"over {result['bandwidth_gbs']:.1f} GB/s (one core's streaming copy, a lower bound of the machine's "
+              f"bandwidth) = {floor_ms:.1f} ms; the last column is the share of that floor an engine reaches.",
+              "TVM's steps are untuned: the default pipeline, and fused with the weights' transposes lifted out of the step "
+              "(run once at load) and DLight's CPU rules (GEMV, Reduction). "
+              f"DLight scheduled {len(result['dlight']['scheduled'])} of the step's "
+              f"{len(result['dlight']['scheduled']) + len(result['dlight']['left'])} kernels; the matrix products it left "
+              f"as plain loops: {', '.join(k for k in result['dlight']['left'] if 'matmul' in k) or 'none'}. TVM's prefill at "
+              "this size is not timed: its matrix kernels need tuning, and no database for these shapes ships.",
+              *(f"{label} missing: {reason}" for label, reason in result["missing"].items())]
+    return "\n".join(lines)
+
+
+def run_large(repeats: int = 20, save: bool = True) -> str:
+    """``large_run`` printed, and (``save``) kept in results/transformer-large-<cpu>-<cores>cores.{json,md}."""
+    return print_and_keep("transformer-large", "A GPT-2-small-sized transformer, decoding and prefill",
+                          large_run(repeats=repeats), format_large, save)
