@@ -33,8 +33,8 @@ from torch import nn
 from tvm import relax
 
 from . import databases, peers, timing
-from .build import CompiledModel, device_for, load_executable, relative_error, transform_params
-from .errors import CourseError, InputShapeError, ParityError
+from .build import CompiledModel, device_for, load_executable, transform_params
+from .errors import CourseError, InputShapeError
 from .machine import cpu_target
 from .models import ImportedModel, to_relax, torch_logs_held
 
