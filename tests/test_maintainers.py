@@ -13,13 +13,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
 from helpers import build, databases, dispatch, machine, models, paged_cache, peers, quantize, results, transformer, tuning
-from helpers.maintainers import (benchmark, capstone, int8_table, shipping, stages, table, transfer_study, transformer_large,
+from helpers.maintainers import (benchmark, capstone, gemv, int8_table, shipping, stages, table, transfer_study, transformer_large,
                                  transformer_table)
 
 TARGET = machine.cpu_target()
@@ -219,9 +220,12 @@ def test_the_large_transformer_comparison_gives_tokens_per_second_and_the_memory
     """The same code at a tiny size; torch.compile(dynamic=True) is eager here (its compile costs a minute)."""
     monkeypatch.setattr(torch, "compile", lambda module, **options: module)
     result = transformer_large.large_run(SMALL_GPT, past=8, prompt=8, repeats=2)
-    assert {peers.EAGER, transformer_large.UNTUNED, transformer_large.WITH_DLIGHT} <= set(result["decode"])
+    assert {peers.EAGER, transformer_large.UNTUNED, transformer_large.WITH_DLIGHT,
+            transformer_large.WITH_ROW_GEMV} <= set(result["decode"])
     assert peers.EAGER in result["prefill"] and result["bandwidth_gbs"] > 0
-    assert result["dlight"]["scheduled"], "DLight's GEMV takes the layers' matrix-vector products"
+    assert result["dlight"]["gemv_alone"] == [], "lifted, the weights lie [in, out]: DLight's GEMV takes no product"
+    products = {k for k in result["row_gemv"]["scheduled"] if "NT_matmul" in k}
+    assert len(products) == 4 * SMALL_GPT.layers + 1, f"each block's four products and the head: {products}"
     model = GPT(SMALL_GPT)
     width = SMALL_GPT.width * 4   # float32
     assert result["weight_bytes_per_token"] == sum(p.numel() * 4 for p in model.parameters()) - (
@@ -287,3 +291,24 @@ def test_pruning_keeps_the_fastest_records_of_each_kernel(schedules, tmp_path):
     assert tuning.prune_database(copy, keep=1) == kernels
     with pytest.raises(ValueError, match="keep must be at least 1"):
         tuning.prune_database(copy, keep=0)
+
+
+@pytest.mark.parametrize("inputs", [37, 64])
+def test_the_row_gemv_schedule_computes_a_linear_layer_whose_width_the_lanes_do_not_divide(inputs):
+    """The decoding benchmark's schedule (``gemv.RowGEMV``) on a product with a bias, at a width of whole vectors and not."""
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    layer = torch.nn.Linear(inputs, 50).eval()
+    x = torch.randn(1, inputs)
+    mod, params = transformer.export_to_relax(layer, (x,), None)
+    target = machine.cpu_target()
+    with target:
+        mod = tvm.transform.Sequential([relax.transform.FuseTransposeMatmul(), *build.fusion_passes(target),
+                                        dl.ApplyDefaultSchedule(gemv.RowGEMV())])(mod)
+    scheduled, _ = transformer.scheduled_kernels(mod)
+    assert any("NT_matmul" in k for k in scheduled), scheduled
+    vm = relax.VirtualMachine(tvm.compile(mod, target=target), tvm.cpu())
+    out = vm["main"](tvm.runtime.tensor(x.numpy()), *[tvm.runtime.tensor(p.numpy()) for p in params])
+    out = out if isinstance(out, tvm.runtime.Tensor) else out[0]
+    np.testing.assert_allclose(out.numpy(), layer(x).detach().numpy(), rtol=1e-5, atol=1e-5)

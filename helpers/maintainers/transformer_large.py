@@ -4,10 +4,13 @@ second and on the memory roofline (``make benchmark``).
 At Day 14's width of 128 a decoding step measures per-call overheads, not the compiler. At GPT-2 small's
 sizes (random weights: nothing downloaded) each step's matrix-vector products read every weight once per
 token, so the step is bound by memory: its floor is the bytes of weights read per token over the memory
-bandwidth. TVM's step is built twice without tuning: with the default pipeline (no schedules), and fused
-with the weights' transposes lifted out of the step and DLight's CPU rules (``GEMV``, ``Reduction``), TVM's
-own schedules for kernels of a symbolic length. The prefill is timed for PyTorch's peers and ONNX Runtime:
-TVM's prefill at this size needs tuned matrix kernels, and no database for these shapes ships.
+bandwidth. TVM's step is built three times without tuning: with the default pipeline (no schedules); fused, with the weights' transposes lifted out of the step and DLight's CPU
+rules (``GEMV``, ``Reduction``): lifted, the weights lie ``[in, out]``, DLight's ``GEMV`` declines every product
+and ``Reduction`` takes the blocks' with a schedule that reads each weight column by column; and fused with each
+transpose fused into its product (``FuseTransposeMatmul``: the weights stay ``[out, in]``, as MLC LLM keeps them)
+and the course's own row-by-row schedule (``gemv.RowGEMV``) beside DLight's ``Reduction``. The prefill is timed
+for PyTorch's peers and ONNX Runtime: TVM's prefill at this size needs tuned matrix kernels, and no database for
+these shapes ships.
 """
 
 from __future__ import annotations
@@ -18,11 +21,13 @@ import torch
 import tvm
 
 from .. import build, kernels, machine, peers, timing, transformer
+from .gemv import RowGEMV
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 
 GPT2_SMALL = transformer.GPTConfig(vocab=50257, width=768, layers=12, heads=12, max_len=1024)
 UNTUNED = "TVM decode, untuned"
-WITH_DLIGHT = "TVM decode, DLight CPU rules"
+WITH_DLIGHT = "TVM decode, transposes lifted, DLight CPU rules"
+WITH_ROW_GEMV = "TVM decode, transposes fused, row GEMV + DLight Reduction"
 
 
 def dlight_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
@@ -33,6 +38,24 @@ def dlight_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
 
     return build.fusion_passes(target) + [relax.transform.LiftTransformParams(), relax.transform.FoldConstant(),
                                           dl.ApplyDefaultSchedule(dl.cpu.GEMV(), dl.cpu.Reduction())]
+
+
+def row_gemv_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
+    """Each weight's transpose fused into its product (``NT_matmul``: the weight read ``[out, in]``, as stored),
+    legalize and fuse, then the course's ``RowGEMV`` for the products and DLight's ``Reduction`` for the rest."""
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    return [relax.transform.FuseTransposeMatmul(), *build.fusion_passes(target),
+            dl.ApplyDefaultSchedule(RowGEMV(), dl.cpu.Reduction())]
+
+
+def scheduled_by(mod: tvm.IRModule, target: tvm.target.Target, passes: list[tvm.transform.Pass]) -> dict:
+    """What ``passes`` make of ``mod``, and which kernels their schedule rules took and left."""
+    with target:
+        scheduled_mod = tvm.transform.Sequential(passes)(mod)
+    scheduled, left = transformer.scheduled_kernels(scheduled_mod)
+    return {"mod": scheduled_mod, "scheduled": scheduled, "left": left}
 
 
 def weight_bytes_per_token(model: transformer.TinyGPT) -> int:
@@ -46,15 +69,19 @@ def weight_bytes_per_token(model: transformer.TinyGPT) -> int:
 def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, prompt: int = 128, repeats: int = 20) -> dict:
     """The decoding step after ``past`` positions by every engine, and the prefill of ``prompt`` tokens by
     PyTorch's peers and ONNX Runtime, each checked against eager, timed in alternating blocks."""
+    from tvm.s_tir import dlight as dl
+
     target = machine.cpu_target()
     model = transformer.TinyGPT(config)
     decode_import = transformer.import_decode(model)
-    with target:   # the passes run once: their module is built, and says which kernels DLight's rules took
-        scheduled_mod = tvm.transform.Sequential(dlight_passes(target))(decode_import.mod)
-    scheduled, left = transformer.scheduled_kernels(scheduled_mod)
-    decoders = {UNTUNED: transformer.compile_decoder(decode_import, target),
-                WITH_DLIGHT: transformer.Decoder(transformer.compile_with_passes(
-                    dataclasses.replace(decode_import, mod=scheduled_mod), target, []))}
+    # each variant's passes run once: their module is built, and says which kernels the rules took
+    lifted = scheduled_by(decode_import.mod, target, dlight_passes(target))
+    gemv_alone = scheduled_by(decode_import.mod, target, dlight_passes(target)[:-1] + [dl.ApplyDefaultSchedule(dl.cpu.GEMV())])
+    rows = scheduled_by(decode_import.mod, target, row_gemv_passes(target))
+    decoders = {UNTUNED: transformer.compile_decoder(decode_import, target)}
+    for label, variant in ((WITH_DLIGHT, lifted), (WITH_ROW_GEMV, rows)):
+        decoders[label] = transformer.Decoder(transformer.compile_with_passes(
+            dataclasses.replace(decode_import, mod=variant["mod"]), target, []))
     decode, missing = transformer.decode_peers(model, past)
     decode |= {label: run for label, run in transformer.step_runners(model, decoders, past).items() if label != peers.EAGER}
     prefill = peers.peers(transformer.Prefill(model), transformer.tokens(prompt, config.vocab, seed=1))
@@ -65,7 +92,8 @@ def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, promp
     return {"model": f"TinyGPT {config}", "parameters": sum(p.numel() for p in model.parameters()),
             "weight_bytes_per_token": weight_bytes_per_token(model), "bandwidth_gbs": bandwidth,
             "past": past, "prompt": prompt, "decode": records(decode_timings), "prefill": records(prefill_timings),
-            "missing": {**missing, **prefill.missing}, "dlight": {"scheduled": scheduled, "left": left},
+            "missing": {**missing, **prefill.missing}, "dlight": {"scheduled": lifted["scheduled"], "left": lifted["left"], "gemv_alone": gemv_alone["scheduled"]},
+            "row_gemv": {"scheduled": rows["scheduled"], "left": rows["left"]},
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
 
@@ -90,11 +118,16 @@ def format_large(result: dict, machine_summary: str) -> str:
               f"Memory floor of a decoding step: {result['weight_bytes_per_token'] / 1e6:.0f} MB of weights read per token "
               f"over {result['bandwidth_gbs']:.1f} GB/s (one core's streaming copy, a lower bound of the machine's "
               f"bandwidth) = {floor_ms:.1f} ms; the last column is the share of that floor an engine reaches.",
-              "TVM's steps are untuned: the default pipeline, and fused with the weights' transposes lifted out of the step "
-              "(run once at load) and DLight's CPU rules (GEMV, Reduction). "
-              f"DLight scheduled {len(result['dlight']['scheduled'])} of the step's "
-              f"{len(result['dlight']['scheduled']) + len(result['dlight']['left'])} kernels; the matrix products it left "
-              f"as plain loops: {', '.join(k for k in result['dlight']['left'] if 'matmul' in k) or 'none'}. TVM's prefill at "
+              "TVM's steps are untuned. Default pipeline: no kernel scheduled. Transposes lifted out of the step (run once "
+              "at load), DLight's CPU rules: the weights lie [in, out], so DLight's GEMV took "
+              f"{len(result['dlight'].get('gemv_alone', [])) or 'none'} of the products and its Reduction "
+              f"{len(result['dlight']['scheduled'])} of the step's {len(result['dlight']['scheduled']) + len(result['dlight']['left'])} "
+              "kernels (the blocks' products among them, read column by column), leaving as plain loops: "
+              f"{', '.join(k for k in result['dlight']['left'] if 'matmul' in k) or 'none'}. "
+              "Transposes fused into the products (FuseTransposeMatmul, weights read [out, in] as stored), the course's "
+              f"RowGEMV and DLight's Reduction: {len(result['row_gemv']['scheduled'])} kernels scheduled, the products "
+              f"left as plain loops: {', '.join(k for k in result['row_gemv']['left'] if 'matmul' in k) or 'none'} "
+              "(attention's, over the symbolic past). TVM's prefill at "
               "this size is not timed: its matrix kernels need tuning, and no database for these shapes ships.",
               *(f"{label} missing: {reason}" for label, reason in result["missing"].items())]
     return "\n".join(lines)
