@@ -4,10 +4,11 @@ second and on the memory roofline (``make benchmark``).
 At Day 14's width of 128 a decoding step measures per-call overheads, not the compiler. At GPT-2 small's
 sizes (random weights: nothing downloaded) each step's matrix-vector products read every weight once per
 token, so the step is bound by memory: its floor is the bytes of weights read per token over the memory
-bandwidth. TVM's step is built three times without tuning: with the default pipeline (no schedules); fused, with the weights' transposes lifted out of the step and DLight's CPU
-rules (``GEMV``, ``Reduction``): lifted, the weights lie ``[in, out]``, DLight's ``GEMV`` declines every product
-and ``Reduction`` takes the blocks' with a schedule that reads each weight column by column; and fused with each
-transpose fused into its product (``FuseTransposeMatmul``: the weights stay ``[out, in]``, as MLC LLM keeps them)
+bandwidth. TVM's step is built three times without tuning: with the default pipeline (no schedules);
+fused, with the weights' transposes lifted out of the step and DLight's CPU rules (``GEMV``, ``Reduction``):
+lifted, the weights lie ``[in, out]``, DLight's ``GEMV`` declines every product and ``Reduction`` takes the
+blocks' with a schedule that reads each weight column by column; and fused with each transpose fused into its
+product (``FuseTransposeMatmul``: the weights stay ``[out, in]``, as MLC LLM keeps them)
 and the course's own row-by-row schedule (``gemv.RowGEMV``) beside DLight's ``Reduction``. The prefill is timed
 for PyTorch's peers and ONNX Runtime: TVM's prefill at this size needs tuned matrix kernels, and no database for
 these shapes ships.
@@ -92,7 +93,8 @@ def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, promp
     return {"model": f"TinyGPT {config}", "parameters": sum(p.numel() for p in model.parameters()),
             "weight_bytes_per_token": weight_bytes_per_token(model), "bandwidth_gbs": bandwidth,
             "past": past, "prompt": prompt, "decode": records(decode_timings), "prefill": records(prefill_timings),
-            "missing": {**missing, **prefill.missing}, "dlight": {"scheduled": lifted["scheduled"], "left": lifted["left"], "gemv_alone": gemv_alone["scheduled"]},
+            "missing": {**missing, **prefill.missing},
+            "dlight": {"scheduled": lifted["scheduled"], "left": lifted["left"], "gemv_alone": gemv_alone["scheduled"]},
             "row_gemv": {"scheduled": rows["scheduled"], "left": rows["left"]},
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
@@ -126,8 +128,7 @@ def format_large(result: dict, machine_summary: str) -> str:
               f"{', '.join(k for k in result['dlight']['left'] if 'matmul' in k) or 'none'}. "
               "Transposes fused into the products (FuseTransposeMatmul, weights read [out, in] as stored), the course's "
               f"RowGEMV and DLight's Reduction: {len(result['row_gemv']['scheduled'])} kernels scheduled, the products "
-              f"left as plain loops: {', '.join(k for k in result['row_gemv']['left'] if 'matmul' in k) or 'none'} "
-              "(attention's, over the symbolic past). TVM's prefill at "
+              f"left as plain loops: {', '.join(k for k in result['row_gemv']['left'] if 'matmul' in k) or 'none'}. TVM's prefill at "
               "this size is not timed: its matrix kernels need tuning, and no database for these shapes ships.",
               *(f"{label} missing: {reason}" for label, reason in result["missing"].items())]
     return "\n".join(lines)
