@@ -1109,3 +1109,49 @@ def test_day12_hidden_int8_dense_tests_alone_catch_the_visible_tests_shape_built
     exec(visible, namespace)
     with pytest.raises(AssertionError, match="takes x of shape"):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 8: the kernels a database leaves untuned
+
+DAY08 = "day08_tuning"
+
+
+def _day08_namespace() -> dict:
+    from tvm import relax
+    from tvm.s_tir import meta_schedule as ms
+
+    return dict(torch=torch, tvm=tvm, relax=relax, ms=ms, build=build, models=models, target=machine.cpu_target())
+
+
+def _untuned_by_workload(fused, database, target):
+    """Wrong: a kernel whose workload is in the database counts as tuned, even if every candidate failed."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return {t.task_name for t in ms.relax_integration.extract_tasks(fused, target) if not database.has_workload(t.dispatched[0])}
+
+
+def _untuned_by_target(fused, database, target):
+    """Wrong: only a record timed for this very target counts (the pass replays another CPU's too)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    left = set()
+    for task in ms.relax_integration.extract_tasks(fused, target):
+        found = database.query_tuning_record(task.dispatched[0], target, "main")
+        if found is None or str(found.target) != str(target):
+            left.add(task.task_name)
+    return left
+
+
+def test_day08_solution_passes_visible_and_hidden_tests():
+    namespace = _day08_namespace()
+    exec(_cell(DAY08, "kernels_left_untuned"), namespace)
+    exec(_cell(DAY08, "test_kernels_left_untuned"), namespace)
+
+
+@pytest.mark.parametrize("wrong, message", [(_untuned_by_workload, "failed"), (_untuned_by_target, "another CPU")])
+def test_day08_hidden_tests_alone_catch_failed_records_and_other_cpus_records(wrong, message):
+    visible, hidden = _parts(DAY08, "test_kernels_left_untuned")
+    namespace = _day08_namespace() | {"kernels_left_untuned": wrong}
+    exec(visible, namespace)   # the visible part passes on either mistake
+    with pytest.raises(AssertionError, match=message):
+        exec(hidden, namespace)
