@@ -40,8 +40,11 @@ PAGED_TOKEN_DTYPE = "int32"  # what nn.Embedding's lookup takes here
 LABEL = "TVM decode, paged cache"  # its decoding step, in tables beside transformer's
 
 
-class _Block(nn.Module):
-    """``transformer.Block`` in ``relax.frontend.nn``, its attention done by the paged cache."""
+class PagedBlock(nn.Module):
+    """``transformer.Block`` in ``relax.frontend.nn``, its attention done by the paged cache.
+
+    Its layers have the names of PyTorch's block, so that TinyGPT's weights load as they are; a block of
+    another class (``PagedGPT``'s ``block``) must keep them."""
 
     def __init__(self, config: GPTConfig) -> None:
         self.heads, self.head_dim = config.heads, config.head_dim
@@ -61,12 +64,13 @@ class _Block(nn.Module):
 
 class PagedGPT(nn.Module):
     """``transformer.TinyGPT`` over a paged KV cache: ``prefill`` and ``decode`` take token ids, their
-    positions and the cache, and return the logits and the cache (the same object, now longer)."""
+    positions and the cache, and return the logits and the cache (the same object, now longer).
+    ``block``: the class of its blocks, called as ``block(config)``, then ``block(x, cache, layer)``."""
 
-    def __init__(self, config: GPTConfig, target: tvm.target.Target) -> None:
+    def __init__(self, config: GPTConfig, target: tvm.target.Target, block: type[nn.Module] = PagedBlock) -> None:
         self.config, self.target = config, target
         self.tok, self.pos = nn.Embedding(config.vocab, config.width), nn.Embedding(config.max_len, config.width)
-        self.blocks = nn.ModuleList([_Block(config) for _ in range(config.layers)])
+        self.blocks = nn.ModuleList([block(config) for _ in range(config.layers)])
         self.ln = nn.LayerNorm(config.width)
         self.head = nn.Linear(config.width, config.vocab, bias=False)
 
@@ -108,14 +112,21 @@ class PagedGPT(nn.Module):
         }, self)
 
 
-def export(model: TinyGPT, target: tvm.target.Target | None = None) -> tuple[tvm.IRModule, list[np.ndarray]]:
-    """``model`` as a Relax module over a paged cache, and its weights in the order the module takes them."""
-    paged = PagedGPT(model.config, target or cpu_target())
+def export(model: TinyGPT, target: tvm.target.Target | None = None,
+           block: type[nn.Module] = PagedBlock) -> tuple[tvm.IRModule, list[np.ndarray]]:
+    """``model`` as a Relax module over a paged cache (its blocks of class ``block``), and its weights in
+    the order the module takes them."""
+    paged = PagedGPT(model.config, target or cpu_target(), block)
     mod, named = paged.export_tvm(spec=paged.spec())
     weights = {name: tensor.detach().numpy() for name, tensor in model.state_dict().items()}
     missing = [name for name, _ in named if name not in weights]
     if missing:
-        raise CourseError(f"The paged model needs weights the PyTorch model does not have: {missing[:3]}.")
+        raise CourseError(f"The paged model needs weights the PyTorch model does not have: {missing[:3]}. "
+                          "Name each layer as transformer.Block does (ln1, qkv, proj, ln2, fc, out).")
+    wrong = [f"{name} {tuple(int(d) for d in p.shape)} (PyTorch's: {weights[name].shape})"
+             for name, p in named if tuple(int(d) for d in p.shape) != weights[name].shape]
+    if wrong:
+        raise CourseError(f"Layers of the paged model have other shapes than PyTorch's: {wrong[:3]}.")
     return mod, [weights[name] for name, _ in named]
 
 
@@ -222,12 +233,14 @@ class PagedDecoder:
         return run
 
 
-def compile_paged(model: TinyGPT, target: tvm.target.Target | None = None) -> PagedDecoder:
-    """Export ``model`` over a paged cache and build it: every ``Linear``'s weight transpose fused into its
-    matmul (``FuseTransposeMatmul``, as MLC LLM does), the rest TVM's default schedules, untuned."""
+def compile_paged(model: TinyGPT, target: tvm.target.Target | None = None,
+                  block: type[nn.Module] = PagedBlock) -> PagedDecoder:
+    """Export ``model`` over a paged cache (its blocks of class ``block``) and build it: every ``Linear``'s
+    weight transpose fused into its matmul (``FuseTransposeMatmul``, as MLC LLM does), the rest TVM's
+    default schedules, untuned."""
     target = target or cpu_target()
     device = device_for(target)
-    mod, weights = export(model, target)
+    mod, weights = export(model, target, block)
     mod = relax.transform.FuseTransposeMatmul()(mod)
     vm = relax.VirtualMachine(tvm.compile(mod, target=target), device)
     return PagedDecoder(vm, [tvm.runtime.tensor(w, device) for w in weights], device, model.config)

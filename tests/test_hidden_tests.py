@@ -921,10 +921,10 @@ def _day14_namespace(builds=None, **extra) -> dict:
     import torch.nn.functional as F
     from tvm import relax, te
 
-    from helpers import transformer
+    from helpers import paged_cache, transformer
 
     return dict(np=np, torch=torch, F=F, tvm=tvm, relax=relax, te=te, build=build, transformer=transformer,
-                target=machine.cpu_target()) | (builds or {}) | extra
+                paged_cache=paged_cache, target=machine.cpu_target()) | (builds or {}) | extra
 
 
 def _solution(grade_id: str, builds=None):
@@ -935,7 +935,7 @@ def _solution(grade_id: str, builds=None):
 
 def test_day14_solutions_pass_their_tests(day14_builds, compiled_once):
     for solution, tests in [("bucketed_prefill", "test_bucketed_prefill"), ("causal_softmax", "test_causal_softmax"),
-                            ("greedy_generate", "test_greedy_generate")]:
+                            ("greedy_generate", "test_greedy_generate"), ("paged_block", "test_paged_block")]:
         namespace = _day14_namespace(day14_builds)
         exec(_cell(DAY14, solution), namespace)
         exec(_cell(DAY14, tests), namespace)
@@ -1093,6 +1093,48 @@ def test_day14_hidden_decode_tests_alone_catch_no_cache_and_a_wasted_last_step(d
     namespace = _day14_namespace(day14_builds, greedy_generate=_generate(**mistake))
     exec(visible, namespace)
     with pytest.raises(AssertionError, match="prefill called|decode called"):
+        exec(hidden, namespace)
+
+
+def _paged_block(layer_fixed=False, scale_for_head_dim=None, norm_after=False):
+    """Day 14's block over the paged cache with one mistake switched on (the defaults are right)."""
+    from tvm.relax.frontend import nn
+    from tvm.relax.frontend.nn import op
+
+    class PagedBlock(nn.Module):
+        def __init__(self, config) -> None:
+            self.heads, self.head_dim = config.heads, config.head_dim
+            self.ln1, self.ln2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
+            self.qkv = nn.Linear(config.width, 3 * config.width)
+            self.proj = nn.Linear(config.width, config.width)
+            self.fc, self.out = nn.Linear(config.width, 4 * config.width), nn.Linear(4 * config.width, config.width)
+
+        def forward(self, x, cache, layer):
+            batch, length, width = x.shape
+            qkv = op.reshape(self.qkv(x if norm_after else self.ln1(x)), (batch, length, 3 * self.heads, self.head_dim))
+            scale = (scale_for_head_dim or self.head_dim) ** -0.5
+            attended = cache.attention_with_fused_qkv(0 if layer_fixed else layer, qkv, self.heads, sm_scale=scale)
+            x = x + self.proj(op.reshape(attended, (batch, length, width)))
+            x = self.ln1(x) if norm_after else x
+            return x + self.out(op.gelu(self.fc(self.ln2(x))))
+
+    return PagedBlock
+
+
+def test_day14_paged_block_tests_catch_a_block_normalized_after_its_attention():
+    with pytest.raises(AssertionError, match="prefill's logits differ"):
+        exec(_cell(DAY14, "test_paged_block"), _day14_namespace(PagedBlock=_paged_block(norm_after=True)))
+
+
+# the visible test's model has one block, of head size 8: a block that always uses the first layer's pages,
+# or a softmax scale written for that head size, passes it
+@pytest.mark.parametrize("mistake, message", [(dict(layer_fixed=True), "differs from PyTorch's|prefill's logits differ"),
+                                              (dict(scale_for_head_dim=8), "prefill's logits differ")])
+def test_day14_hidden_paged_block_tests_alone_catch_one_layers_pages_for_all_and_a_fixed_scale(mistake, message):
+    visible, hidden = _parts(DAY14, "test_paged_block")
+    namespace = _day14_namespace(PagedBlock=_paged_block(**mistake))
+    exec(visible, namespace)
+    with pytest.raises(AssertionError, match=message):
         exec(hidden, namespace)
 
 
