@@ -3,7 +3,10 @@
 "Faster than PyTorch eager" says little on a CPU where eager is far from the best PyTorch (a Zen 3
 ran MobileNetV2 2.4x faster with torch.compile than eager): tuned TVM is compared with the fastest
 of PyTorch eager, torch.compile, torch.compile with Inductor's freezing and ONNX Runtime, each
-checked against eager on the same input before it is timed.
+checked against eager on the same input before it is timed. ``make benchmark`` adds OpenVINO, Intel's
+inference engine for CPUs, at float32 (``OPENVINO``, in ``BENCHMARK_ENGINES``); its default precision on a
+CPU with bfloat16 instructions is bf16, which is not a float32 engine: ``openvino_default`` builds that
+one apart, for tables that name each engine's precision.
 
 Introduced on Day 4.
 """
@@ -26,8 +29,10 @@ from .errors import ParityError
 from .timing import Timing, torch_runner, unreliable
 
 EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
+OPENVINO = "OpenVINO"  # at float32 (INFERENCE_PRECISION_HINT f32), like every engine here
 PYTORCH = (EAGER, COMPILED, FROZEN)
-ENGINES = (*PYTORCH, ORT)
+ENGINES = (*PYTORCH, ORT)  # the days' peers
+BENCHMARK_ENGINES = (*ENGINES, OPENVINO)  # make benchmark's (helpers.maintainers.table)
 # TVM's builds, as the course's tables label them beside the peers (Day 4's table, Day 11's zoo, the benchmark).
 UNTUNED, TUNED = "TVM untuned", "TVM tuned"
 RTOL = 1e-4  # the tolerance TVM's builds are held to (build.check_parity)
@@ -125,6 +130,59 @@ def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callab
     return run, seconds
 
 
+def openvino_compiled(onnx_model: bytes, precision: str | None = "f32"):
+    """An ONNX model compiled by OpenVINO's CPU plugin: the latency hint, PyTorch's thread count, and
+    ``precision`` as its inference precision ("f32"; None: the plugin's default for this CPU, bf16 where the
+    CPU has bfloat16 instructions). The one way the course sets OpenVINO up."""
+    import openvino as ov  # (imported for the one peer that needs it)
+
+    core = ov.Core()
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": torch.get_num_threads()}
+    if precision is not None:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    return core.compile_model(core.read_model(onnx_model), "CPU", config)
+
+
+def openvino_precision(compiled) -> str:
+    """The precision an OpenVINO compiled model computes in, as OpenVINO names it (f32, bf16, f16)."""
+    return str(compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
+
+
+def openvino_runner(model: torch.nn.Module, x: torch.Tensor, precision: str | None = "f32"
+                    ) -> tuple[Callable[[], object], float, str]:
+    """OpenVINO on the CPU, fed the ONNX export ONNX Runtime runs: (runner, export + compile seconds, the
+    precision it computes in). Raises ``PeerUnavailable`` when the model does not export, OpenVINO is not
+    installed, or it cannot compile the model."""
+    start = time.perf_counter()
+    try:
+        compiled = openvino_compiled(onnx_export(model, x), precision)
+    except Exception as err:  # any exporter, import or compiler failure: the peer is absent, with the reason
+        raise PeerUnavailable(why_missing(OPENVINO, err)) from err
+    seconds = time.perf_counter() - start
+    request, feed = compiled.create_infer_request(), {0: x.numpy()}
+
+    def run():
+        return request.infer(feed)[0]
+
+    return run, seconds, openvino_precision(compiled)
+
+
+def openvino_default(model: torch.nn.Module, x: torch.Tensor) -> tuple[str, Callable[[], object], float] | None:
+    """OpenVINO at its default precision on this CPU, labelled with it ("OpenVINO, default: bf16"), as
+    (label, runner, relative error against eager), or None where that default is float32 (then it is
+    ``OPENVINO``) or OpenVINO cannot run the model. Not a float32 engine: it is held to no tolerance, and
+    its error is reported beside its time."""
+    try:
+        run, _, precision = openvino_runner(model, x, precision=None)
+    except PeerUnavailable:
+        return None
+    if precision == "f32":
+        return None
+    with torch.inference_mode():
+        expected = model(x).numpy()
+    return f"{OPENVINO}, default: {precision}", run, relative_error(np.asarray(run()), expected)
+
+
 def onnx_export(model: torch.nn.Module, x: torch.Tensor) -> bytes:
     """``model`` exported to ONNX (Day 1's road), serialized for ONNX Runtime; in the suite
     (``cache.for_tests``) once per weights and input shape, then read back."""
@@ -149,15 +207,15 @@ def default_peers() -> tuple[str, ...]:
 
 def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = True,
           which: Sequence[str] | None = None) -> Peers:
-    """Every peer of ``model`` on ``x``, each checked against eager; ONNX Runtime is missing (with the reason)
-    when the model does not export, or when ``with_onnx_runtime`` is False (a CPU class imitated on a larger
-    one: ONNX Runtime has no switch that holds it to the smaller class's vectors, as PyTorch has).
+    """Every peer of ``model`` on ``x``, each checked against eager; ONNX Runtime and OpenVINO are missing (with
+    the reason) when the model does not export, or when ``with_onnx_runtime`` is False (a CPU class imitated on a
+    larger one: neither has a switch that holds it to the smaller class's vectors, as PyTorch has).
     ``which`` (default ``default_peers()``) names the peers to build; eager always comes.
     Raises ``ParityError`` for a peer that runs but gives other numbers."""
     which = default_peers() if which is None else which
-    unknown = set(which) - set(ENGINES)
+    unknown = set(which) - set(BENCHMARK_ENGINES)
     if unknown:
-        raise ValueError(f"Unknown peers {sorted(unknown)}: choose from {list(ENGINES)}.")
+        raise ValueError(f"Unknown peers {sorted(unknown)}: choose from {list(BENCHMARK_ENGINES)}.")
     result = Peers({EAGER: torch_runner(model, x)})
     for label, freezing in ((COMPILED, False), (FROZEN, True)):
         if label in which:
@@ -169,6 +227,13 @@ def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = Tru
             result.runners[ORT], result.compile_s[ORT] = onnx_runtime_runner(model, x)
         except PeerUnavailable as err:
             result.missing[ORT] = str(err)
+    if OPENVINO in which and not with_onnx_runtime:
+        result.missing[OPENVINO] = f"{OPENVINO}: not measured on an imitated CPU: it cannot be held to that CPU's vectors"
+    elif OPENVINO in which:
+        try:
+            result.runners[OPENVINO], result.compile_s[OPENVINO], _ = openvino_runner(model, x)
+        except PeerUnavailable as err:
+            result.missing[OPENVINO] = str(err)
     check_against_eager(result.runners)
     return result
 
@@ -211,8 +276,9 @@ class Fastest(NamedTuple):
     engine: str | None
 
 
-def fastest(timings: Sequence[Timing] | Mapping[str, float]) -> Fastest:
-    """The fastest PyTorch (eager, torch.compile, freezing) and engine (those and ONNX Runtime), by median.
+def fastest(timings: Sequence[Timing] | Mapping[str, float], engines: Sequence[str] = BENCHMARK_ENGINES) -> Fastest:
+    """The fastest PyTorch (eager, torch.compile, freezing) and float32 engine (of ``engines``: those, ONNX
+    Runtime and OpenVINO at float32), by median.
 
     ``timings``: Timings, or backend -> median ms (a benchmark row's). Backends not timed are left out.
     """
@@ -221,7 +287,7 @@ def fastest(timings: Sequence[Timing] | Mapping[str, float]) -> Fastest:
     def best(labels: Sequence[str]) -> str | None:
         return min((label for label in labels if label in medians), key=medians.__getitem__, default=None)
 
-    return Fastest(best(PYTORCH), best(ENGINES))
+    return Fastest(best(PYTORCH), best(engines))
 
 
 def verdict(timings: Sequence[Timing], candidate: str = "TVM tuned") -> str:

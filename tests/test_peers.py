@@ -85,6 +85,44 @@ def test_a_peer_that_gives_other_numbers_is_an_error_not_a_result(conv_bn_relu, 
         peers.peers(model, x)
 
 
+def test_openvino_at_float32_matches_eager_and_counts_as_the_benchmarks_engine(conv_bn_relu):
+    model, x = conv_bn_relu
+    found = peers.peers(model, x, which=[peers.OPENVINO])  # checked against eager within RTOL, or ParityError
+    assert list(found.runners) == [peers.EAGER, peers.OPENVINO] and found.compile_s[peers.OPENVINO] > 0
+    _, _, precision = peers.openvino_runner(model, x)
+    assert precision == "f32"
+    medians = {peers.EAGER: 5.0, peers.ORT: 4.0, peers.OPENVINO: 3.0}
+    assert peers.fastest(medians).engine == peers.OPENVINO
+    assert peers.fastest(medians, engines=peers.ENGINES).engine == peers.ORT  # the days' peers
+
+
+def test_openvinos_default_precision_is_named_and_its_error_reported(conv_bn_relu):
+    """bf16 on a CPU with bfloat16 instructions (a Zen 4, Intel Xeons since Cooper Lake); float32 elsewhere,
+    where it is OPENVINO itself and nothing apart."""
+    import openvino as ov
+
+    model, x = conv_bn_relu
+    found = peers.openvino_default(model, x)
+    has_bf16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    assert (found is not None) == has_bf16
+    if found is not None:
+        label, run, error = found
+        assert label == f"{peers.OPENVINO}, default: bf16" and label not in peers.BENCHMARK_ENGINES
+        assert peers.RTOL < error < 0.05, f"bf16 computes other numbers than float32, close ones: {error}"
+
+
+def test_openvino_missing_is_said_not_fatal(conv_bn_relu, monkeypatch):
+    def fail(*args, **kwargs):
+        raise ImportError("No module named 'openvino'")
+
+    monkeypatch.setattr(peers, "openvino_compiled", fail)
+    found = peers.peers(*conv_bn_relu, which=[peers.ORT, peers.OPENVINO])
+    assert list(found.runners) == [peers.EAGER, peers.ORT] and "No module named" in found.missing[peers.OPENVINO]
+    assert peers.openvino_default(*conv_bn_relu) is None
+    found = peers.peers(*conv_bn_relu, which=[peers.OPENVINO], with_onnx_runtime=False)
+    assert "imitated CPU" in found.missing[peers.OPENVINO]
+
+
 def test_quick_mode_builds_eager_and_onnx_runtime_only(monkeypatch):
     monkeypatch.setenv("TVM_COURSE_QUICK", "1")
     assert peers.default_peers() == (peers.EAGER, peers.ORT)

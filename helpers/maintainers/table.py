@@ -1,8 +1,9 @@
-"""The benchmark table: for each model, PyTorch's peers, untuned and tuned TVM side by side (``make benchmark``).
+"""The benchmark table: for each model, the peers, untuned and tuned TVM side by side (``make benchmark``).
 
-For each model it measures PyTorch's peers (eager, torch.compile, torch.compile with freezing, ONNX
-Runtime: ``helpers.peers``), untuned TVM and tuned TVM (with the database ``databases.choose`` picks:
-this CPU's, else one transferred from another CPU, and says which) side by side, names the fastest
+For each model it measures the peers (eager, torch.compile, torch.compile with freezing, ONNX
+Runtime and OpenVINO at float32: ``helpers.peers``; OpenVINO at its default precision too, named),
+untuned TVM and tuned TVM (with the database ``databases.choose`` picks: this CPU's, else one
+transferred from another CPU, and says which) side by side, names the fastest
 PyTorch and the fastest engine tuned TVM is held against, and writes the table with the machine it
 came from to ``results/``. ``compare_databases`` times tuned TVM built with each of several databases
 beside the peers: which database to ship, or which a CPU should get.
@@ -22,7 +23,7 @@ import tvm
 
 from .. import databases, dispatch, kernels, machine, models, peers, timing, tuning
 from ..build import check_parity, compile_model
-from ..peers import COMPILED, EAGER, FROZEN, ORT, TUNED, UNTUNED
+from ..peers import COMPILED, EAGER, FROZEN, OPENVINO, ORT, TUNED, UNTUNED
 from ..zoo import ZOO
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 
@@ -53,8 +54,12 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     """
     target = target or machine.cpu_target()
     model, x, imported = models.load_imported(model_name, batch)
-    found = peers.peers(model, x, with_onnx_runtime=not machine.is_imitated(target))
+    imitated = machine.is_imitated(target)
+    found = peers.peers(model, x, with_onnx_runtime=not imitated, which=(*peers.default_peers(), OPENVINO))
     runners = dict(found.runners)
+    lower = None if imitated else peers.openvino_default(model, x)  # bf16 where the CPU has it: not float32
+    if lower is not None:
+        runners[lower[0]] = lower[1]
     untuned = compile_model(imported, target)
     check_parity(untuned, model, x)
     runners[UNTUNED] = timing.tvm_runner(untuned, x)
@@ -72,7 +77,8 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     timings = timing.measure_engines(runners, batch=batch, warmup=3, repeats=repeats)
     row = {"model": model_name, "batch": batch, "compile_s": {k: round(v, 1) for k, v in found.compile_s.items()},
            "missing": found.missing, "trials_per_task": trials, "database": label,
-           "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()}}
+           "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
+           "lower_precision": {} if lower is None else {lower[0]: float(lower[2])}}
     row.update(records(timings))
     row["load_average"] = [load, load_average()]
     if TUNED in runners:
@@ -178,34 +184,45 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
             return "—"
         return f"{mark(row, base, over)}{value:.2f}×" + (f" ({base})" if named else "")
 
+    def lower_precision(row):
+        """OpenVINO at its default precision where that is not float32: label, time, error against eager."""
+        found = row.get("lower_precision") or {}
+        return "; ".join(f"{label.split(': ')[-1]} {cell(row, label)}, error {error:.1e}" for label, error in found.items()) or "—"
+
     threads = {f"TVM {r['threads']['TVM']}, PyTorch {r['threads']['PyTorch']}" for r in rows if "threads" in r}
     lines = [
         f"Machine: {machine_summary}",
         *(f"Threads: {t}" for t in sorted(threads)),
         "",
-        "| model | batch | eager ms | torch.compile ms | torch.compile (freezing) ms | ONNX Runtime ms | TVM untuned ms "
-        "| TVM tuned ms | tuned vs fastest PyTorch | tuned vs fastest engine | tuned vs eager | untuned vs eager "
-        "| tuned + oneDNN convs ms | + oneDNN convs vs eager | + oneDNN convs vs freezing | trials/task | database |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| model | batch | eager ms | torch.compile ms | torch.compile (freezing) ms | ONNX Runtime ms | OpenVINO ms "
+        "| TVM untuned ms | TVM tuned ms | tuned vs fastest PyTorch | tuned vs fastest engine | tuned vs eager "
+        "| untuned vs eager | tuned + oneDNN convs ms | + oneDNN convs vs eager | + oneDNN convs vs freezing "
+        "| OpenVINO's default precision ms | trials/task | database |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| ---: | ---: | --- |",
     ]
     for row in rows:
         r = ratios(row)
         lines.append(
             f"| {row['model']} | {row['batch']} | {cell(row, EAGER)} | {cell(row, COMPILED)} | {cell(row, FROZEN)} "
-            f"| {cell(row, ORT)} | {cell(row, UNTUNED)} | {cell(row, TUNED, 'no database')} "
+            f"| {cell(row, ORT)} | {cell(row, OPENVINO)} | {cell(row, UNTUNED)} | {cell(row, TUNED, 'no database')} "
             f"| {ratio(row, r['tuned_vs_fastest_pytorch'], r['fastest_pytorch'], TUNED, named=True)} "
             f"| {ratio(row, r['tuned_vs_fastest_engine'], r['fastest_engine'], TUNED, named=True)} "
             f"| {ratio(row, r['tuned_vs_eager'], EAGER, TUNED)} | {ratio(row, r['untuned_vs_eager'], EAGER, UNTUNED)} "
             f"| {cell(row, DISPATCHED, 'no database')} "
             f"| {ratio(row, r['dispatched_vs_eager'], EAGER_BESIDE_DISPATCHED, DISPATCHED)} "
             f"| {ratio(row, r['dispatched_vs_frozen'], FROZEN_BESIDE_DISPATCHED, DISPATCHED)} "
-            f"| {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
+            f"| {lower_precision(row)} | {row['trials_per_task'] or '—'} | {row.get('database') or '—'} |"
         )
     lines += ["", "Medians of interleaved runs, interquartile range in brackets; speedup > 1 means faster.",
               f"{UNRELIABLE_MARK.strip()} marks a timing (or a speedup built on one) whose interquartile range is over "
               f"{timing.UNRELIABLE_SPREAD:.0%} of its median even after measuring it again: noise, not a result.",
-              "The fastest PyTorch is the fastest of eager, torch.compile and torch.compile with freezing; the fastest "
-              "engine adds ONNX Runtime. A peer not measured (—) does not compete.",
+              "Every engine computes in float32 but the last column's. The fastest PyTorch is the fastest of eager, "
+              "torch.compile and torch.compile with freezing; the fastest engine adds ONNX Runtime and OpenVINO (at "
+              "float32: INFERENCE_PRECISION_HINT f32). A peer not measured (—) does not compete.",
+              "OpenVINO's default precision, where it is not float32 (bf16 on a CPU with bfloat16 instructions), is "
+              "what a deployer gets without asking: timed in the same run, with its relative error against float32 "
+              "eager, and not a float32 result.",
               *(f"{label} missing for {row['model']}: {reason}" for row in rows
                 for label, reason in row.get("missing", {}).items()),
               f"Tuned + oneDNN convs (Day 13's dispatch: weights prepacked for oneDNN once, BatchNorm folded, "
