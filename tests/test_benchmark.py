@@ -14,13 +14,13 @@ def _target(mcpu="znver4", cores=2):
     return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})
 
 
-def _row(model, eager, compiled, untuned, tuned=None, dispatched=None, frozen=None, ort=None, noisy=()):
-    """A table row as benchmark_model writes it; without ``frozen`` and ``ort``, one measured before they joined."""
+def _row(model, eager, compiled, untuned, tuned=None, dispatched=None, frozen=None, ort=None, openvino=None, noisy=()):
+    """A table row as benchmark_model writes it; without ``frozen``, ``ort`` and ``openvino``, one measured before they joined."""
     row = {"model": model, "batch": 1, "compile_s": {peers.COMPILED: 30.0}, "trials_per_task": 32 if tuned else None,
            "database": "transferred from znver4, 2 cores (shipped, 32 trials/task)" if tuned else None,
            "threads": {"TVM": 2, "PyTorch": 2}}
     for label, ms in ((peers.EAGER, eager), (peers.COMPILED, compiled), (peers.FROZEN, frozen),
-                      (peers.ORT, ort), (peers.UNTUNED, untuned), (peers.TUNED, tuned),
+                      (peers.ORT, ort), (peers.OPENVINO, openvino), (peers.UNTUNED, untuned), (peers.TUNED, tuned),
                       (table.DISPATCHED, dispatched),
                       (table.EAGER_BESIDE_DISPATCHED, 2 * dispatched if dispatched else None),
                       (table.FROZEN_BESIDE_DISPATCHED, 1.5 * dispatched if dispatched else None)):
@@ -45,7 +45,7 @@ def test_ratios_hold_tuned_against_the_fastest_pytorch_and_engine_and_name_them(
 def test_ratios_read_rows_measured_before_freezing_and_onnx_runtime_joined():
     shipped = json.loads((results.RESULTS_ROOT / "benchmark-znver4-2cores.json").read_text())["rows"]
     mnv2 = next(row for row in shipped if row["model"] == "mobilenet_v2")
-    for label in (peers.FROZEN, peers.ORT, table.FROZEN_BESIDE_DISPATCHED):  # a row as tables had it before they joined
+    for label in (peers.FROZEN, peers.ORT, peers.OPENVINO, table.FROZEN_BESIDE_DISPATCHED):  # a row as tables had it before they joined
         del mnv2[label]
     r = table.ratios(mnv2)
     best = min((peers.EAGER, peers.COMPILED), key=lambda label: mnv2[label]["median_ms"])
@@ -54,8 +54,10 @@ def test_ratios_read_rows_measured_before_freezing_and_onnx_runtime_joined():
 
 
 def test_format_table_has_one_line_per_model_and_says_when_no_database():
+    bf16 = f"{peers.OPENVINO}, default: bf16"
     text = table.format_table(
-        [_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0, 6.0, frozen=9.6, ort=6.4),
+        [{**_row("mobilenet_v2", 12.0, 10.0, 120.0, 8.0, 6.0, frozen=9.6, ort=6.4, openvino=6.6),
+          bf16: {"median_ms": 3.2, "iqr_ms": 0.1, "repeats": 20}, "lower_precision": {bf16: 4.5e-3}},
          {**_row("resnet50", 60.0, 50.0, 900.0, frozen=40.0), "missing": {peers.ORT: "ONNX Runtime: no export"}}],
         "test cpu, 2 cores",
     )
@@ -63,12 +65,13 @@ def test_format_table_has_one_line_per_model_and_says_when_no_database():
     assert lines[0] == "Machine: test cpu, 2 cores"
     assert lines[1] == "Threads: TVM 2, PyTorch 2"  # both libraries on the same threads, said next to the numbers
     mnv2 = next(line for line in lines if line.startswith("| mobilenet_v2"))
-    assert "8.00 (0.80)" in mnv2 and "9.60 (0.96)" in mnv2 and "6.40 (0.64)" in mnv2 and "| 32 |" in mnv2
+    assert "8.00 (0.80)" in mnv2 and "9.60 (0.96)" in mnv2 and "| 6.40 (0.64) | 6.60 (0.66) |" in mnv2 and "| 32 |" in mnv2
+    assert "| bf16 3.20 (0.10), error 4.5e-03 |" in mnv2  # OpenVINO's default, apart from the float32 engines
     assert f"| 1.20× ({peers.FROZEN}) | 0.80× ({peers.ORT}) | 1.50× | 0.10× |" in mnv2
     assert "transferred from znver4" in mnv2 and "≈" not in mnv2
     assert "6.00 (0.60)" in mnv2 and "| 2.00× | 1.50× |" in mnv2  # the dense convolutions on oneDNN: 12 / 6, 9 / 6
     r50 = next(line for line in lines if line.startswith("| resnet50"))
-    assert "no database" in r50 and "| 40.00 (4.00) | — |" in r50  # ONNX Runtime absent
+    assert "no database" in r50 and "| 40.00 (4.00) | — | — |" in r50  # ONNX Runtime and OpenVINO absent
     assert "ONNX Runtime missing for resnet50: ONNX Runtime: no export" in lines
 
 
