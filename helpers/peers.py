@@ -2,11 +2,11 @@
 
 "Faster than PyTorch eager" says little on a CPU where eager is far from the best PyTorch (a Zen 3
 ran MobileNetV2 2.4x faster with torch.compile than eager): tuned TVM is compared with the fastest
-of PyTorch eager, torch.compile, torch.compile with Inductor's freezing and ONNX Runtime, each
-checked against eager on the same input before it is timed. ``make benchmark`` adds OpenVINO, Intel's
-inference engine for CPUs, at float32 (``OPENVINO``, in ``BENCHMARK_ENGINES``); its default precision on a
-CPU with bfloat16 instructions is bf16, which is not a float32 engine: ``openvino_default`` builds that
-one apart, for tables that name each engine's precision.
+of PyTorch eager, torch.compile, torch.compile with Inductor's freezing, ONNX Runtime and OpenVINO
+(Intel's inference engine for CPUs), each checked against eager on the same input before it is timed.
+Every one of them computes in float32, as TVM does here. OpenVINO's own default on a CPU with
+bfloat16 instructions is bf16, which is not: ``openvino_default`` builds that one apart, for the
+tables that name each engine's precision.
 
 Introduced on Day 4.
 """
@@ -31,8 +31,8 @@ from .timing import Timing, torch_runner, unreliable
 EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
 OPENVINO = "OpenVINO"  # at float32 (INFERENCE_PRECISION_HINT f32), like every engine here
 PYTORCH = (EAGER, COMPILED, FROZEN)
-ENGINES = (*PYTORCH, ORT)  # the days' peers
-BENCHMARK_ENGINES = (*ENGINES, OPENVINO)  # make benchmark's (helpers.maintainers.table)
+ENGINES = (*PYTORCH, ORT, OPENVINO)
+ONNX_ENGINES = (ORT, OPENVINO)  # fed the model's ONNX export
 # TVM's builds, as the course's tables label them beside the peers (Day 4's table, Day 11's zoo, the benchmark).
 UNTUNED, TUNED = "TVM untuned", "TVM tuned"
 RTOL = 1e-4  # the tolerance TVM's builds are held to (build.check_parity)
@@ -111,14 +111,16 @@ def onnx_session(onnx_model, profile_prefix: str | None = None):
     return ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
 
 
-def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor) -> tuple[Callable[[], object], float]:
-    """ONNX Runtime on the CPU, all graph optimizations, PyTorch's thread count: (runner, export + load seconds).
+def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None
+                        ) -> tuple[Callable[[], object], float]:
+    """ONNX Runtime on the CPU, all graph optimizations, PyTorch's thread count: (runner, export + load seconds);
+    ``exported``: the model's ONNX export, made already (then the seconds are the load's).
 
     Raises ``PeerUnavailable`` when the model does not export to ONNX or ONNX Runtime cannot load it.
     """
     start = time.perf_counter()
     try:
-        session = onnx_runtime_session(model, x)
+        session = onnx_runtime_session(model, x) if exported is None else onnx_session(exported)
     except Exception as err:  # any exporter or loader failure: the peer is absent, with the reason
         raise PeerUnavailable(why_missing(ORT, err)) from err
     seconds = time.perf_counter() - start
@@ -148,14 +150,14 @@ def openvino_precision(compiled) -> str:
     return str(compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
 
 
-def openvino_runner(model: torch.nn.Module, x: torch.Tensor, precision: str | None = "f32"
-                    ) -> tuple[Callable[[], object], float, str]:
-    """OpenVINO on the CPU, fed the ONNX export ONNX Runtime runs: (runner, export + compile seconds, the
-    precision it computes in). Raises ``PeerUnavailable`` when the model does not export, OpenVINO is not
-    installed, or it cannot compile the model."""
+def openvino_runner(model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None,
+                    precision: str | None = "f32") -> tuple[Callable[[], object], float, str]:
+    """OpenVINO on the CPU, fed the ONNX export ONNX Runtime runs (``exported``, or made here): (runner,
+    export + compile seconds, the precision it computes in). Raises ``PeerUnavailable`` when the model does
+    not export, OpenVINO is not installed, or it cannot compile the model."""
     start = time.perf_counter()
     try:
-        compiled = openvino_compiled(onnx_export(model, x), precision)
+        compiled = openvino_compiled(onnx_export(model, x) if exported is None else exported, precision)
     except Exception as err:  # any exporter, import or compiler failure: the peer is absent, with the reason
         raise PeerUnavailable(why_missing(OPENVINO, err)) from err
     seconds = time.perf_counter() - start
@@ -196,13 +198,14 @@ def onnx_export(model: torch.nn.Module, x: torch.Tensor) -> bytes:
 
 
 def default_peers() -> tuple[str, ...]:
-    """Every peer; in quick mode (CI) eager and ONNX Runtime only.
+    """Every peer; in quick mode (CI) eager, ONNX Runtime and OpenVINO only.
 
     Each torch.compile costs tens of seconds per model on a small CPU, and a frozen compile is
     never served from Inductor's cache, so a notebook that runs in CI three times would pay it
-    every time; ONNX Runtime's export costs seconds and today it is the fastest of the four.
+    every time; the ONNX export costs seconds, made once for both engines that run it, and those
+    two are the fastest of the five.
     """
-    return pick(ENGINES, (EAGER, ORT))
+    return pick(ENGINES, (EAGER, ORT, OPENVINO))
 
 
 def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = True,
@@ -213,29 +216,40 @@ def peers(model: torch.nn.Module, x: torch.Tensor, with_onnx_runtime: bool = Tru
     ``which`` (default ``default_peers()``) names the peers to build; eager always comes.
     Raises ``ParityError`` for a peer that runs but gives other numbers."""
     which = default_peers() if which is None else which
-    unknown = set(which) - set(BENCHMARK_ENGINES)
+    unknown = set(which) - set(ENGINES)
     if unknown:
-        raise ValueError(f"Unknown peers {sorted(unknown)}: choose from {list(BENCHMARK_ENGINES)}.")
+        raise ValueError(f"Unknown peers {sorted(unknown)}: choose from {list(ENGINES)}.")
     result = Peers({EAGER: torch_runner(model, x)})
     for label, freezing in ((COMPILED, False), (FROZEN, True)):
         if label in which:
             result.runners[label], result.compile_s[label] = compiled_runner(model, x, freezing)
-    if ORT in which and not with_onnx_runtime:
-        result.missing[ORT] = f"{ORT}: not measured on an imitated CPU: it cannot be held to that CPU's vectors"
-    elif ORT in which:
-        try:
-            result.runners[ORT], result.compile_s[ORT] = onnx_runtime_runner(model, x)
-        except PeerUnavailable as err:
-            result.missing[ORT] = str(err)
-    if OPENVINO in which and not with_onnx_runtime:
-        result.missing[OPENVINO] = f"{OPENVINO}: not measured on an imitated CPU: it cannot be held to that CPU's vectors"
-    elif OPENVINO in which:
-        try:
-            result.runners[OPENVINO], result.compile_s[OPENVINO], _ = openvino_runner(model, x)
-        except PeerUnavailable as err:
-            result.missing[OPENVINO] = str(err)
+    onnx_engines = [label for label in ONNX_ENGINES if label in which]
+    if onnx_engines and not with_onnx_runtime:
+        for label in onnx_engines:
+            result.missing[label] = f"{label}: not measured on an imitated CPU: it cannot be held to that CPU's vectors"
+    elif onnx_engines:
+        _onnx_peers(model, x, onnx_engines, result)
     check_against_eager(result.runners)
     return result
+
+
+def _onnx_peers(model: torch.nn.Module, x: torch.Tensor, labels: Sequence[str], result: Peers) -> None:
+    """ONNX Runtime and OpenVINO (of ``labels``) into ``result``, from one ONNX export; what fails is missing."""
+    start = time.perf_counter()
+    try:
+        exported = onnx_export(model, x)
+    except Exception as err:  # the exporter's failure: both engines are absent, with the reason
+        result.missing.update({label: why_missing(label, err) for label in labels})
+        return
+    export_s = time.perf_counter() - start
+    for label in labels:
+        make = onnx_runtime_runner if label == ORT else openvino_runner
+        try:
+            run, seconds, *_ = make(model, x, exported)
+        except PeerUnavailable as err:
+            result.missing[label] = str(err)
+        else:
+            result.runners[label], result.compile_s[label] = run, export_s + seconds
 
 
 def check_against_eager(runners: Mapping[str, Callable[[], object]], labels: Iterable[str] | None = None) -> None:
@@ -276,9 +290,9 @@ class Fastest(NamedTuple):
     engine: str | None
 
 
-def fastest(timings: Sequence[Timing] | Mapping[str, float], engines: Sequence[str] = BENCHMARK_ENGINES) -> Fastest:
-    """The fastest PyTorch (eager, torch.compile, freezing) and float32 engine (of ``engines``: those, ONNX
-    Runtime and OpenVINO at float32), by median.
+def fastest(timings: Sequence[Timing] | Mapping[str, float]) -> Fastest:
+    """The fastest PyTorch (eager, torch.compile, freezing) and engine (those, ONNX Runtime and OpenVINO, all
+    at float32), by median.
 
     ``timings``: Timings, or backend -> median ms (a benchmark row's). Backends not timed are left out.
     """
@@ -287,7 +301,7 @@ def fastest(timings: Sequence[Timing] | Mapping[str, float], engines: Sequence[s
     def best(labels: Sequence[str]) -> str | None:
         return min((label for label in labels if label in medians), key=medians.__getitem__, default=None)
 
-    return Fastest(best(PYTORCH), best(engines))
+    return Fastest(best(PYTORCH), best(ENGINES))
 
 
 def verdict(timings: Sequence[Timing], candidate: str = "TVM tuned") -> str:

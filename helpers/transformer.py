@@ -334,8 +334,8 @@ def prefill_runners(model: TinyGPT, ids: torch.Tensor, tuned: CompiledModel, sym
                     which: Sequence[str] | None = None) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
     """Prefill of ``ids`` by every engine, as runners for ``timing.measure_engines``, and the peers missing.
 
-    PyTorch's peers (``peers.peers``: eager and, per ``which``, torch.compile, with freezing, ONNX
-    Runtime), ``torch.compile(dynamic=True)``, the tuned bucket and the symbolic build; each is checked
+    The peers (``peers.peers``: eager and, per ``which``, torch.compile, with freezing, ONNX Runtime,
+    OpenVINO), ``torch.compile(dynamic=True)``, the tuned bucket and the symbolic build; each is checked
     against eager's logits first (``ParityError`` otherwise).
     """
     found = peers.peers(Prefill(model), ids, which=which)

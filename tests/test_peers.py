@@ -46,7 +46,7 @@ def test_every_peer_runs_matches_eager_and_freezing_really_froze(conv_bn_relu):
     model, x = conv_bn_relu
     found = peers.peers(model, x, which=peers.ENGINES)
     assert list(found.runners) == list(peers.ENGINES) and not found.missing
-    assert set(found.compile_s) == {peers.COMPILED, peers.FROZEN, peers.ORT} and min(found.compile_s.values()) > 0
+    assert set(found.compile_s) == {peers.COMPILED, peers.FROZEN, peers.ORT, peers.OPENVINO} and min(found.compile_s.values()) > 0
     with torch.no_grad():
         expected = model(x).numpy()
     for label, run in found.runners.items():
@@ -74,26 +74,30 @@ def test_a_model_that_does_not_export_has_onnx_runtime_missing_with_the_reason(c
     with pytest.raises(peers.PeerUnavailable, match="RuntimeError: unsupported operator aten::made_up$"):
         peers.onnx_runtime_runner(*conv_bn_relu)
     found = peers.peers(*conv_bn_relu, which=peers.ENGINES)
-    assert list(found.runners) == list(peers.PYTORCH) and "aten::made_up" in found.missing[peers.ORT]
+    assert list(found.runners) == list(peers.PYTORCH)
+    assert "aten::made_up" in found.missing[peers.ORT] and "aten::made_up" in found.missing[peers.OPENVINO]
 
 
 def test_a_peer_that_gives_other_numbers_is_an_error_not_a_result(conv_bn_relu, monkeypatch):
     model, x = conv_bn_relu
     wrong = model(x).detach().numpy() * 1.01
-    monkeypatch.setattr(peers, "onnx_runtime_runner", lambda model, x: (lambda: wrong, 0.1))
+    monkeypatch.setattr(peers, "onnx_runtime_runner", lambda model, x, exported=None: (lambda: wrong, 0.1))
     with pytest.raises(ParityError, match=r"ONNX Runtime differs from PyTorch eager: relative error 1\.0\de-02"):
         peers.peers(model, x)
 
 
-def test_openvino_at_float32_matches_eager_and_counts_as_the_benchmarks_engine(conv_bn_relu):
+def test_openvino_at_float32_matches_eager_and_can_be_the_fastest_engine(conv_bn_relu, monkeypatch):
     model, x = conv_bn_relu
     found = peers.peers(model, x, which=[peers.OPENVINO])  # checked against eager within RTOL, or ParityError
     assert list(found.runners) == [peers.EAGER, peers.OPENVINO] and found.compile_s[peers.OPENVINO] > 0
     _, _, precision = peers.openvino_runner(model, x)
     assert precision == "f32"
-    medians = {peers.EAGER: 5.0, peers.ORT: 4.0, peers.OPENVINO: 3.0}
-    assert peers.fastest(medians).engine == peers.OPENVINO
-    assert peers.fastest(medians, engines=peers.ENGINES).engine == peers.ORT  # the days' peers
+    assert peers.fastest({peers.EAGER: 5.0, peers.ORT: 4.0, peers.OPENVINO: 3.0}).engine == peers.OPENVINO
+    exports = []
+    real_export = peers.onnx_export
+    monkeypatch.setattr(peers, "onnx_export", lambda *args: exports.append(1) or real_export(*args))
+    peers.peers(model, x, which=[peers.ORT, peers.OPENVINO])
+    assert len(exports) == 1, "one ONNX export feeds both engines"
 
 
 def test_openvinos_default_precision_is_named_and_its_error_reported(conv_bn_relu):
@@ -107,7 +111,7 @@ def test_openvinos_default_precision_is_named_and_its_error_reported(conv_bn_rel
     assert (found is not None) == has_bf16
     if found is not None:
         label, run, error = found
-        assert label == f"{peers.OPENVINO}, default: bf16" and label not in peers.BENCHMARK_ENGINES
+        assert label == f"{peers.OPENVINO}, default: bf16" and label not in peers.ENGINES
         assert peers.RTOL < error < 0.05, f"bf16 computes other numbers than float32, close ones: {error}"
 
 
@@ -123,9 +127,9 @@ def test_openvino_missing_is_said_not_fatal(conv_bn_relu, monkeypatch):
     assert "imitated CPU" in found.missing[peers.OPENVINO]
 
 
-def test_quick_mode_builds_eager_and_onnx_runtime_only(monkeypatch):
+def test_quick_mode_builds_eager_onnx_runtime_and_openvino_only(monkeypatch):
     monkeypatch.setenv("TVM_COURSE_QUICK", "1")
-    assert peers.default_peers() == (peers.EAGER, peers.ORT)
+    assert peers.default_peers() == (peers.EAGER, peers.ORT, peers.OPENVINO)
     monkeypatch.setenv("TVM_COURSE_QUICK", "0")
     assert peers.default_peers() == peers.ENGINES
 
@@ -142,7 +146,7 @@ def test_verdict_names_the_fastest_peers_says_slower_and_warns_about_noise():
     lines = text.splitlines()
     assert lines[0] == f"TVM tuned is 2.00x faster than the fastest PyTorch measured here, {peers.COMPILED}"
     assert lines[1] == f"TVM tuned is 1.25x slower than the fastest engine measured here, {peers.ORT}"
-    assert lines[2] == f"(not measured in this run: {peers.FROZEN})"
+    assert lines[2] == f"(not measured in this run: {peers.FROZEN}, {peers.OPENVINO})"
     noisy = _timings(eager=12.0, tvm=5.0) + [Timing(peers.ORT, 1, [1.0, 4.0, 9.0, 20.0])]
     assert "(unreliable: ONNX Runtime spread too wide)" in peers.verdict(noisy)
     with pytest.raises(ValueError, match="No timing labelled 'TVM tuned'"):

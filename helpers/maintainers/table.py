@@ -55,7 +55,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     target = target or machine.cpu_target()
     model, x, imported = models.load_imported(model_name, batch)
     imitated = machine.is_imitated(target)
-    found = peers.peers(model, x, with_onnx_runtime=not imitated, which=(*peers.default_peers(), OPENVINO))
+    found = peers.peers(model, x, with_onnx_runtime=not imitated)
     runners = dict(found.runners)
     lower = None if imitated else peers.openvino_default(model, x)  # bf16 where the CPU has it: not float32
     if lower is not None:
