@@ -49,11 +49,13 @@ def why_missing(label: str, err: BaseException) -> str:
 
 @dataclass
 class Peers:
-    """Runners that matched eager, the seconds each took to compile (its first call), and why any is missing."""
+    """Runners that matched eager, the seconds each took to compile (its first call), why any is missing, and
+    the model's ONNX export where ONNX Runtime or OpenVINO was asked for (``openvino_default`` takes it)."""
 
     runners: dict[str, Callable[[], object]]
     compile_s: dict[str, float] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
+    exported: bytes | None = None
 
 
 class FrozenCompiled(torch.nn.Module):
@@ -169,13 +171,15 @@ def openvino_runner(model: torch.nn.Module, x: torch.Tensor, exported: bytes | N
     return run, seconds, openvino_precision(compiled)
 
 
-def openvino_default(model: torch.nn.Module, x: torch.Tensor) -> tuple[str, Callable[[], object], float] | None:
+def openvino_default(model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None
+                     ) -> tuple[str, Callable[[], object], float] | None:
     """OpenVINO at its default precision on this CPU, labelled with it ("OpenVINO, default: bf16"), as
     (label, runner, relative error against eager), or None where that default is float32 (then it is
     ``OPENVINO``) or OpenVINO cannot run the model. Not a float32 engine: it is held to no tolerance, and
-    its error is reported beside its time."""
+    its error is reported beside its time. ``exported``: the model's ONNX export (``Peers.exported``),
+    made again here without it."""
     try:
-        run, _, precision = openvino_runner(model, x, precision=None)
+        run, _, precision = openvino_runner(model, x, exported, precision=None)
     except PeerUnavailable:
         return None
     if precision == "f32":
@@ -242,6 +246,7 @@ def _onnx_peers(model: torch.nn.Module, x: torch.Tensor, labels: Sequence[str], 
         result.missing.update({label: why_missing(label, err) for label in labels})
         return
     export_s = time.perf_counter() - start
+    result.exported = exported
     for label in labels:
         make = onnx_runtime_runner if label == ORT else openvino_runner
         try:

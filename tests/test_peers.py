@@ -96,8 +96,10 @@ def test_openvino_at_float32_matches_eager_and_can_be_the_fastest_engine(conv_bn
     exports = []
     real_export = peers.onnx_export
     monkeypatch.setattr(peers, "onnx_export", lambda *args: exports.append(1) or real_export(*args))
-    peers.peers(model, x, which=[peers.ORT, peers.OPENVINO])
-    assert len(exports) == 1, "one ONNX export feeds both engines"
+    found = peers.peers(model, x, which=[peers.ORT, peers.OPENVINO])
+    assert found.exported is not None
+    peers.openvino_default(model, x, found.exported)
+    assert len(exports) == 1, "one ONNX export feeds both engines and OpenVINO's default"
 
 
 def test_openvinos_default_precision_is_named_and_its_error_reported(conv_bn_relu):

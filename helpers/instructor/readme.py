@@ -63,14 +63,14 @@ def answer(results: Path = REPO / "results") -> str:
         lines.append(f"| {shown} | " + " | ".join(cells) + " |")
     low, high = min(against_pytorch), max(against_pytorch)
     verdict = "faster than" if low > 1 else "not always faster than"
+    unmeasured = [machine_name(t["machine"]) for t in tables if not any(peers.OPENVINO in r for r in t["rows"])]
+    not_measured = f" OpenVINO was not measured on the {' and the '.join(unmeasured)}." if unmeasured else ""
     lines += ["", f"Tuned TVM is {verdict} the fastest PyTorch (`torch.compile` with freezing) on every model here, "
               f"{low:.2f}x to {high:.2f}x, and {min(against_engine):.2f}x to {max(against_engine):.2f}x the speed of "
               f"the fastest float32 engine ({' or '.join(sorted(engines))}): speedup over the fastest PyTorch in bold, "
-              "then over the fastest engine, named; above 1 is faster. Batch 1, float32, medians of interleaved runs "
-              "(≈: a timing too noisy to trust); the whole tables, with every engine, are in [results/](results/README.md)."]
-    unmeasured = [machine_name(t["machine"]) for t in tables if not any(peers.OPENVINO in r for r in t["rows"])]
-    if unmeasured:
-        lines[-1] = lines[-1].replace(" Batch 1,", f" OpenVINO was not measured on the {' and the '.join(unmeasured)}. Batch 1,")
+              f"then over the fastest engine, named; above 1 is faster.{not_measured} Batch 1, float32, medians of "
+              "interleaved runs (≈: a timing too noisy to trust); the whole tables, with every engine, are in "
+              "[results/](results/README.md)."]
     if lower:
         precisions = sorted({p for _, _, p, _ in lower})
         where = sorted({m for _, _, _, m in lower})

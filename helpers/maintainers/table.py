@@ -57,7 +57,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     imitated = machine.is_imitated(target)
     found = peers.peers(model, x, with_onnx_runtime=not imitated)
     runners = dict(found.runners)
-    lower = None if imitated else peers.openvino_default(model, x)  # bf16 where the CPU has it: not float32
+    lower = None if imitated else peers.openvino_default(model, x, found.exported)  # bf16 where the CPU has it
     if lower is not None:
         runners[lower[0]] = lower[1]
     untuned = compile_model(imported, target)
