@@ -420,6 +420,68 @@ def test_day04_hidden_tests_alone_catch_a_threshold_in_milliseconds():
         exec(hidden, namespace)
 
 
+# ---------------------------------------------------------------- Day 4: one import for every batch size
+
+def _day04_import_namespace(**extra) -> dict:
+    from helpers import dynamic
+
+    return {"torch": torch, "tvm": tvm, "build": build, "dynamic": dynamic} | extra
+
+
+def _any_batch(model, example, max_batch, trace=None, dim=None, weights_as_inputs=True):
+    """An import with a symbolic batch, right unless told otherwise."""
+    from tvm.relax.frontend.torch import from_exported_program
+
+    from helpers import dynamic
+
+    if max_batch < 2:
+        raise ValueError(f"max_batch {max_batch} is below 2")
+    trace = example[:1].expand(2, *example.shape[1:]).contiguous() if trace is None else trace
+    dim = torch.export.Dim("batch", min=1, max=max_batch) if dim is None else dim
+    exported = torch.export.export(model.eval(), (trace,), dynamic_shapes=({0: dim},))
+    if weights_as_inputs:
+        mod, weights = tvm.relax.frontend.detach_params(from_exported_program(exported, keep_params_as_input=True))
+        params = weights["main"]
+    else:
+        mod, params = from_exported_program(exported), []
+    return dynamic.DynamicImport(mod=mod, params=params, input_shape=tuple(example.shape), input_dtype="float32",
+                                 max_batch=max_batch)
+
+
+def _traced_as_given(model, example, max_batch):
+    """Traces the example itself: fine for a batch of 3, refused by torch.export for a batch of 1."""
+    return _any_batch(model, example, max_batch, trace=example)
+
+
+def _no_range(model, example, max_batch):
+    """A Dim without its range: any batch is allowed in the module, max_batch is not recorded."""
+    return _any_batch(model, example, max_batch, dim=torch.export.Dim("batch"))
+
+
+def _weights_inside(model, example, max_batch):
+    """The weights left as constants in the module: it runs, but they are not split off."""
+    return _any_batch(model, example, max_batch, weights_as_inputs=False)
+
+
+def test_day04_any_batch_solution_passes_visible_and_hidden_tests():
+    namespace = _day04_import_namespace()
+    exec(_cell("day04_benchmark", "import_any_batch"), namespace)
+    exec(_cell("day04_benchmark", "test_import_any_batch"), namespace)
+
+
+@pytest.mark.parametrize("wrong, message", [
+    (_traced_as_given, "specialized it to be a constant"),
+    (_no_range, "range recorded in the module"),
+    (_weights_inside, "weights should be inputs of main"),
+])
+def test_day04_hidden_tests_alone_catch_a_batch_of_one_no_range_and_weights_left_inside(wrong, message):
+    visible, hidden = _parts("day04_benchmark", "test_import_any_batch")
+    namespace = _day04_import_namespace(import_any_batch=wrong)
+    exec(visible, namespace)  # a convnet traced from a batch of 3, checked at batches 1, 3 and 6
+    with pytest.raises(Exception, match=message):
+        exec(hidden, namespace)
+
+
 # ---------------------------------------------------------------- Day 6: an artefact for CPUs other than yours
 
 def _export_for_this_cpu(imported, folder, mcpu):
