@@ -482,6 +482,18 @@ def test_day04_hidden_tests_alone_catch_a_batch_of_one_no_range_and_weights_left
         exec(hidden, namespace)
 
 
+def _the_courses_helper(model, example, max_batch):
+    """Section 3's helper called instead of an import of one's own."""
+    from helpers import dynamic
+
+    return dynamic.import_dynamic_batch(model, example, max_batch)
+
+
+def test_day04_visible_test_catches_the_courses_helper_called():
+    with pytest.raises(AssertionError, match="make the import itself"):
+        exec(_cell("day04_benchmark", "test_import_any_batch"), _day04_import_namespace(import_any_batch=_the_courses_helper))
+
+
 # ---------------------------------------------------------------- Day 6: an artefact for CPUs other than yours
 
 def _export_for_this_cpu(imported, folder, mcpu):

@@ -130,8 +130,9 @@ def check(day: str, course: Path = grading.REPO, work: Path | None = None, cell_
     return results
 
 
-def report(name: str, results: list[TestResult], course: Path = grading.REPO) -> str:
-    """What `make check` prints: the total, then each exercise's tests with points and failures."""
+def report(name: str, results: list[TestResult], course: Path = grading.REPO, work: Path = Path("work")) -> str:
+    """What `make check` prints: the total, then each exercise's tests with points and failures (``work``:
+    the learner's folder, named as they gave it)."""
     total, most = sum(r.points for r in results), sum(r.max_points for r in results)
     lines = [f"{name}: {total:g} / {most:g} points"]
     for result in results:
@@ -143,7 +144,7 @@ def report(name: str, results: list[TestResult], course: Path = grading.REPO) ->
     for ex in exercises.read(source):
         if ex.manual:
             lines.append(f"  ---- {ex.label}: a written answer ({ex.points} points), graded by an instructor, not here")
-    lines.append("Your notebook in work/ was not modified.")
+    lines.append(f"Your notebook in {work}/ was not modified.")
     return "\n".join(lines)
 
 
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                   else f"{into}/: your copies are all there (nothing was overwritten)")
         else:
             name = day_name(args.day)
-            print(report(name, check(name, work=Path(args.work))))
+            print(report(name, check(name, work=Path(args.work)), work=Path(args.work)))
     except GradingError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
