@@ -23,7 +23,7 @@ Introduced on Day 12.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -328,6 +328,68 @@ def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: 
         with models.quiet("torch.utils.cpp_extension"):  # Inductor's "No CUDA runtime is found" on a machine without a GPU
             frozen(example)  # compiles here, not in the first timed call
     return frozen
+
+
+ORT_INT8, OPENVINO_INT8 = f"{peers.ORT} int8", f"{peers.OPENVINO} int8"
+
+
+def onnx_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: torch.Tensor | None = None) -> bytes:
+    """``model``'s ONNX export quantized by ONNX Runtime's own static post-training tool: the int8 a deployer
+    of ONNX Runtime or OpenVINO would make.
+
+    ``quantize_static`` in the QDQ format (each quantized tensor a QuantizeLinear/DequantizeLinear pair, which
+    ONNX Runtime and OpenVINO both turn into int8 kernels), with the kinds of number TVM's and PyTorch's int8
+    use: uint8 activations over all 256 codes, one scale per tensor, from their minimum and maximum over
+    ``inputs`` (fed one image at a time, as ``torch_int8`` is), and symmetric int8 weights per output channel.
+    It quantizes every convolution and the classifier. Returns the quantized model's bytes; the export is
+    ``peers.onnx_export``'s, on ``example``'s shape (default: one image).
+    """
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    example = models.example_input() if example is None else example
+    exported = onnx.load_from_string(peers.onnx_export(model, example))
+    name = exported.graph.input[0].name
+    images = [{name: image.numpy()} for batch in inputs for image in batch.split(example.shape[0])]
+
+    class Images(CalibrationDataReader):
+        def __init__(self):
+            self.left = iter(images)
+
+        def get_next(self):
+            return next(self.left, None)
+
+    with tempfile.TemporaryDirectory() as folder:
+        source, prepared, target = (Path(folder) / f"{stage}.onnx" for stage in ("float", "prepared", "int8"))
+        onnx.save(exported, source)
+        quant_pre_process(source, prepared)  # shapes inferred and the graph simplified, as ONNX Runtime advises
+        quantize_static(prepared, target, Images(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=CalibrationMethod.MinMax)
+        return target.read_bytes()
+
+
+def onnx_int8_engines(quantized: bytes) -> tuple[dict[str, Callable[[torch.Tensor], np.ndarray]], dict[str, str]]:
+    """ONNX Runtime and OpenVINO on the int8 model ``onnx_int8`` made, each set up as the course sets up the
+    float32 peers (``peers.onnx_session``, ``peers.openvino_compiled``: the parts left in float stay float32):
+    ({label: run(x) -> logits}, {label: why it is missing})."""
+    engines, missing = {}, {}
+    try:
+        session = peers.onnx_session(quantized)
+        name = session.get_inputs()[0].name
+        engines[ORT_INT8] = lambda x: session.run(None, {name: x.numpy()})[0]
+    except Exception as err:  # a loader failure: the engine is absent, with the reason
+        missing[ORT_INT8] = peers.why_missing(ORT_INT8, err)
+    try:
+        request = peers.openvino_compiled(quantized, "f32").create_infer_request()
+        engines[OPENVINO_INT8] = lambda x: np.asarray(request.infer({0: x.numpy()})[0])
+    except Exception as err:  # OpenVINO missing or unable to compile it
+        missing[OPENVINO_INT8] = peers.why_missing(OPENVINO_INT8, err)
+    return engines, missing
 
 
 def database_model(target: tvm.target.Target) -> str:

@@ -193,8 +193,10 @@ def test_the_int8_comparison_times_both_precisions_and_keeps_their_agreement(cou
     monkeypatch.setattr(databases, "choose", lambda *args, **kwargs: Untuned())
     assert benchmark.main(["int8", "--repeats", "2"]) == 0
     kept = _kept("int8")
-    assert [r["backend"] for r in kept["rows"]] == ["PyTorch fp32", "PyTorch int8", "TVM fp32 tuned", "TVM int8 tuned"]
+    assert [r["backend"] for r in kept["rows"]] == ["PyTorch fp32", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
+                                                    "TVM fp32 tuned", "TVM int8 tuned"]
     assert kept["accuracy"]["TVM int8 tuned"]["top1"] >= 0.5 and kept["held_out_images"] == int8_table.INT8_IMAGES
+    assert kept["accuracy"]["ONNX Runtime int8"]["top1"] >= 0.5 and kept["missing"] == {}
     assert "| TVM int8 tuned |" in capsys.readouterr().out
 
 

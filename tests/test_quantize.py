@@ -219,3 +219,37 @@ def test_the_shipped_int8_databases_cover_every_kernel_of_the_course_model(mcpu)
         db = tuning.load_database(path)
         missing = [t.task_name for t in tasks if not db.has_workload(t.dispatched[0])]
         assert not missing, f"{path.name} has no record for {missing[:4]} ({len(missing)} of {len(tasks)})"
+
+
+def test_onnx_runtimes_int8_quantizes_every_convolution_with_the_courses_kinds_of_number_and_both_engines_run_it(small):
+    import onnx
+
+    model, _, _, x = small
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    quantized = onnx.load_from_string(quantize.onnx_int8(model, inputs, example=x))
+    nodes = quantized.graph.node
+    initializers = {t.name: t for t in quantized.graph.initializer}
+    convs = [n for n in nodes if n.op_type == "Conv"]
+    assert len(convs) == 5  # stem, expand, depthwise, project, skip: every convolution, depthwise included
+    produced_by = {out: n for n in nodes for out in n.output}
+    for conv in convs:
+        data, weight = (produced_by[name] for name in conv.input[:2])
+        assert data.op_type == weight.op_type == "DequantizeLinear", f"{conv.name}: its input and weight should be int8"
+        zero_point = initializers[data.input[2]]
+        assert zero_point.data_type == onnx.TensorProto.UINT8, "activations in uint8, one scale per tensor"
+        assert len(initializers[data.input[1]].dims) == 0
+        weight_scale = initializers[weight.input[1]]
+        assert initializers[weight.input[0]].data_type == onnx.TensorProto.INT8 and weight_scale.dims[0] == conv_out(conv, initializers, weight), (
+            "weights in int8, one scale per output channel")
+    engines, missing = quantize.onnx_int8_engines(quantized.SerializeToString())
+    assert missing == {} and sorted(engines) == sorted([quantize.ORT_INT8, quantize.OPENVINO_INT8])
+    with torch.no_grad():
+        expected = model(x).numpy()
+    ort, openvino = (engines[label](x) for label in (quantize.ORT_INT8, quantize.OPENVINO_INT8))
+    assert 0 < build.relative_error(ort, expected) < 0.3, "ONNX Runtime's int8 should stay near float32, and not be it"
+    assert build.relative_error(openvino, ort) < 0.05, "OpenVINO runs the same int8 model: it should agree with ONNX Runtime"
+
+
+def conv_out(conv, initializers, weight) -> int:
+    """The output channels of a quantized convolution: the first dimension of its int8 weight."""
+    return initializers[weight.input[0]].dims[0]

@@ -28,18 +28,20 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     tvm_fp32 = fp32_db.compile(float_imported, target)
     check_parity(tvm_fp32, float_model, x)
     torch_int8 = quantize.torch_int8(float_model, quantize.calibration_inputs())
+    onnx_engines, onnx_missing = quantize.onnx_int8_engines(quantize.onnx_int8(float_model, quantize.calibration_inputs()))
     held_out = [models.example_input(seed=1000 + i) for i in range(images)]
-    accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), "TVM int8 tuned": tvm_int8},
-                                  held_out)
+    accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), **onnx_engines,
+                                                "TVM int8 tuned": tvm_int8}, held_out)
     load = load_average()
     timings = timing.measure_engines({"PyTorch fp32": timing.torch_runner(float_model, x),
                                       "PyTorch int8": timing.torch_runner(torch_int8, x),
+                                      **{label: (lambda run=run: run(x)) for label, run in onnx_engines.items()},
                                       "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
                                       "TVM int8 tuned": timing.tvm_runner(tvm_int8, x)}, warmup=3, repeats=repeats)
     top1 = {"PyTorch fp32": 1.0, "TVM fp32 tuned": 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
     return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
             "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
-            "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()},
+            "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()}, "missing": onnx_missing,
             "int8_instruction": int8.int8_instruction(target), "activation_max": int8.activation_max(target),
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
@@ -56,9 +58,15 @@ def format_int8(result: dict, machine_summary: str) -> str:
     errors = "; ".join(f"{k}: {v['error']:.3f}" for k, v in result["accuracy"].items())
     lines += ["", f"MobileNetV2, batch 1, one run, timed in alternating blocks. PyTorch int8: PT2E (torchao's "
               "X86InductorQuantizer) on the float model, compiled with Inductor's freezing (quantize.torch_int8). "
+              "ONNX Runtime int8 and OpenVINO int8: the model's ONNX export quantized by ONNX Runtime's quantize_static "
+              "(QDQ, per-channel int8 weights, uint8 activations from min/max ranges, the same calibration images; "
+              "quantize.onnx_int8), run by each engine with float32 for the rest. TVM's int8 quantizes the pointwise "
+              "convolutions only; the others every convolution and the classifier. "
               f"Agreement on {result['held_out_images']} held-out "
               f"inputs (seeded noise, not images); median relative error of the logits: {errors}.",
               f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
+    for label, why in result.get("missing", {}).items():
+        lines.append(f"{label}: not measured ({why}).")
     if "int8_instruction" in result:
         lines.append(f"TVM's int8 kernels: {result['int8_instruction']} instructions, activations quantized to "
                      f"0..{result['activation_max']}.")
