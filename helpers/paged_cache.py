@@ -176,20 +176,6 @@ class PagedDecoder:
 
         return prefill, decode
 
-    def decode_runner(self, prompt, token: int, cache=None) -> Callable[[], np.ndarray]:
-        """One decoding step after ``prompt``, repeatable: each call appends ``token`` and pops it again.
-        (``cache``, PyTorch's keys and values for ``prompt``, is for the explicit decoder: this one fills its own.)"""
-        cache = self.new_cache()
-        self.run("prefill", prompt, 0, cache)
-        past = int(np.asarray(prompt).size)
-
-        def run():
-            logits = self.run("decode", [token], past, cache)
-            _builtin("kv_state_popn")(cache, SEQUENCE, 1)
-            return logits
-
-        return run
-
     def cache_contents(self, cache, length: int) -> tuple[np.ndarray, np.ndarray]:
         """The keys and values of the cache's first ``length`` positions, read back from its pages
         (``attention_kv_cache_debug_get_kv``), in ``transformer``'s layout ``(layers, 1, heads, length, head_dim)``."""
@@ -210,10 +196,10 @@ class PagedDecoder:
         return (logits, *self.cache_contents(cache, past + 1))
 
     def step_runner(self, prompt, token: int, cache=None) -> Callable[[], object]:
-        """``decode_runner`` with the runtime functions looked up and the inputs put on the device once,
-        here; each call runs ``kv_state_begin_forward``, ``decode`` and ``kv_state_end_forward``, then pops
-        the token again (``kv_state_popn``, so that every call does the same work), and returns the device
-        logits. (``cache``: as in ``after_one_step``.)"""
+        """One decoding step after ``prompt``, repeatable, with the runtime functions looked up and the inputs
+        put on the device once, here; each call runs ``kv_state_begin_forward``, ``decode`` and
+        ``kv_state_end_forward``, then pops the token again (``kv_state_popn``, so that every call does the
+        same work), and returns the device logits. (``cache``: as in ``after_one_step``.)"""
         cache_object = self.new_cache()
         self.run("prefill", prompt, 0, cache_object)
         past = int(np.asarray(prompt).size)

@@ -283,21 +283,10 @@ class Decoder:
         logits, keys, values = self.compiled.vm["main"](*on_device, *caches, *self.compiled.params)
         return logits, keys, values
 
-    def decode_runner(self, prompt, token: int, cache) -> Callable[[], object]:
-        """One decoding step after ``prompt``, whose keys and values are ``cache``; the cache stays as it is."""
-        past = int(np.asarray(prompt).size)
-        on_device = [tvm.runtime.tensor(c.numpy(), self.compiled.device) for c in cache]
-
-        def run():
-            out = self.step(token, past, *on_device)
-            self.compiled.device.sync()
-            return out
-
-        return run
-
     def step_runner(self, prompt, token: int, cache) -> Callable[[], object]:
-        """``decode_runner`` with nothing but the VM call and a sync timed: the token, its position and the
-        cache are put on the device once, here; each call returns the device tensors (logits, keys, values)."""
+        """One decoding step after ``prompt``, whose keys and values are ``cache``, repeatable (the cache stays as
+        it is), with nothing but the VM call and a sync timed: the token, its position and the cache are put on
+        the device once, here; each call returns the device tensors (logits, keys, values)."""
         device, past = self.compiled.device, int(np.asarray(prompt).size)
         inputs = [tvm.runtime.tensor(np.array([[value]], dtype=TOKEN_DTYPE), device) for value in (token, past)]
         inputs += [tvm.runtime.tensor(c.numpy(), device) for c in cache]
@@ -343,25 +332,6 @@ def prefill_runners(model: TinyGPT, ids: torch.Tensor, tuned: CompiledModel, sym
                TUNED_BUCKET: timing.tvm_runner(tuned, ids), SYMBOLIC: timing.tvm_runner(symbolic, ids)}
     peers.check_against_eager(runners, (DYNAMIC, TUNED_BUCKET, SYMBOLIC))
     return runners, found.missing
-
-
-def decode_runners(model: TinyGPT, decoders: dict, past: int) -> dict[str, Callable[[], object]]:
-    """One decoding step after ``past`` positions, eager and by each of ``decoders`` (label -> a ``Decoder``
-    or a ``paged_cache.PagedDecoder``), as runners, each checked against eager first. The past is a random
-    prompt's; the cache is not grown, so every call does the same work."""
-    prompt = tokens(past, model.config.vocab, seed=past)
-    with torch.inference_mode():
-        _, keys, values = model.prefill(prompt)
-    token, position = torch.tensor([[7]]), torch.tensor([[past]])
-
-    def eager():
-        with torch.inference_mode():
-            return model.decode(token, position, keys, values)
-
-    runners = {peers.EAGER: eager, **{label: decoder.decode_runner(prompt.numpy(), 7, (keys, values))
-                                      for label, decoder in decoders.items()}}
-    peers.check_against_eager(runners, decoders)
-    return runners
 
 
 # ------------------------------------------------------------------ generation
@@ -465,14 +435,15 @@ class DynamicDecode(Decode):
         return self.model.decode(ids, positions, past_keys, past_values)
 
 
-def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPILED, peers.ORT),
+def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPILED, peers.ORT, peers.OPENVINO),
                  token: int = 7) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
     """One decoding step after ``past`` positions by PyTorch's peers, as runners, and the peers missing.
 
     Eager always; per ``which``: ``peers.COMPILED``, ``torch.compile(dynamic=True)`` of the step (compiled by
-    a first call here; a static compile would compile again at every new past length), and ``peers.ORT``,
-    ONNX Runtime on the step exported with the past dimension dynamic. Each is checked against eager on
-    the logits, keys and values (``ParityError`` otherwise); a peer that cannot be built is missing, with why.
+    a first call here; a static compile would compile again at every new past length), and ``peers.ORT`` and
+    ``peers.OPENVINO``, ONNX Runtime and OpenVINO (float32) on one ONNX export of the step with the past
+    dimension dynamic. Each is checked against eager on the logits, keys and values (``ParityError``
+    otherwise); a peer that cannot be built is missing, with why.
     """
     prompt = tokens(past, model.config.vocab, seed=past)
     with torch.inference_mode():
@@ -493,11 +464,18 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
 
         compiled_step()  # compiles
         runners[peers.COMPILED] = compiled_step
-    if peers.ORT in which:
+    onnx_engines = [label for label in peers.ONNX_ENGINES if label in which]
+    if onnx_engines:
         try:
-            runners[peers.ORT] = _onnx_decode_runner(model, inputs)
-        except peers.PeerUnavailable as err:
-            missing[peers.ORT] = str(err)
+            exported = _decode_onnx(model, inputs)
+        except Exception as err:  # an exporter failure: every ONNX engine is missing, with the reason
+            missing |= {label: peers.why_missing(label, err) for label in onnx_engines}
+        else:
+            for label in onnx_engines:
+                try:
+                    runners[label] = _ONNX_STEP[label](exported, inputs)
+                except Exception as err:  # a loader or compiler failure: this engine is missing, with the reason
+                    missing[label] = peers.why_missing(label, err)
     want = [t.numpy() for t in eager()]
     for label, run in runners.items():
         got = [t.numpy() if hasattr(t, "numpy") else np.asarray(t) for t in run()]
@@ -505,20 +483,37 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
     return runners, missing
 
 
-def _onnx_decode_runner(model: TinyGPT, inputs: tuple) -> Callable[[], object]:
-    """ONNX Runtime on the decoding step, its past dynamic, in the course's one session set-up (``peers.onnx_session``)."""
-    try:
-        past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
-        with torch_logs_held(), warnings.catch_warnings():
-            # the exporter notes that keys and values share one dynamic axis: that is what is meant
-            warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
-            program = torch.onnx.export(Decode(model), inputs, dynamo=True, verbose=False,
-                                        dynamic_shapes=(None, None, {3: past}, {3: past}))
-        session = peers.onnx_session(program.model_proto.SerializeToString())
-    except Exception as err:  # an exporter or loader failure: the peer is missing, with the reason
-        raise peers.PeerUnavailable(peers.why_missing(peers.ORT, err)) from err
+def _decode_onnx(model: TinyGPT, inputs: tuple) -> bytes:
+    """The decoding step exported to ONNX with the past dimension dynamic, serialized."""
+    past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
+    with torch_logs_held(), warnings.catch_warnings():
+        # the exporter notes that keys and values share one dynamic axis: that is what is meant
+        warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
+        program = torch.onnx.export(Decode(model), inputs, dynamo=True, verbose=False,
+                                    dynamic_shapes=(None, None, {3: past}, {3: past}))
+    return program.model_proto.SerializeToString()
+
+
+def _onnx_runtime_step(exported: bytes, inputs: tuple) -> Callable[[], object]:
+    """ONNX Runtime on the exported step, in the course's one session set-up (``peers.onnx_session``)."""
+    session = peers.onnx_session(exported)
     feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
     return lambda: session.run(None, feed)
+
+
+def _openvino_step(exported: bytes, inputs: tuple) -> Callable[[], object]:
+    """OpenVINO at float32 on the exported step, set up as the course sets it up (``peers.openvino_compiled``)."""
+    request = peers.openvino_compiled(exported, "f32").create_infer_request()
+    feed = {index: t.numpy() for index, t in enumerate(inputs)}
+
+    def run():
+        out = request.infer(feed)
+        return [out[index] for index in range(len(STEP_OUTPUTS))]
+
+    return run
+
+
+_ONNX_STEP = {peers.ORT: _onnx_runtime_step, peers.OPENVINO: _openvino_step}
 
 
 def step_runners(model: TinyGPT, decoders: dict, past: int, token: int = 7) -> dict[str, Callable[[], object]]:

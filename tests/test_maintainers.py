@@ -215,9 +215,10 @@ def test_the_transformer_comparison_times_each_bucket_and_the_decoding_step(cour
     result = transformer_table.transformer_run(repeats=2)
     (prefill,) = result["prefill"]
     assert prefill["length"] == 16 and transformer.TUNED_BUCKET in prefill["engines"]
-    assert {transformer.DECODE_TVM, transformer.DECODE_TUNED, paged_cache.LABEL, peers.EAGER} <= set(result["decode"])
+    assert {transformer.DECODE_TVM, transformer.DECODE_TUNED, paged_cache.LABEL, peers.EAGER, peers.COMPILED, peers.ORT,
+            peers.OPENVINO} <= set(result["decode"]) and result["decode_missing"] == {}
     text = transformer_table.format_transformer(result, "a test machine")
-    assert "| prefill, 16 tokens |" in text and "| decode after 16 |" in text
+    assert "| prefill, 16 tokens |" in text and "| decode after 16 |" in text and "Decoding after 16:" in text
 
 
 def test_the_large_transformer_comparison_gives_tokens_per_second_and_the_memory_floor(monkeypatch):

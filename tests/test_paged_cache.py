@@ -55,15 +55,15 @@ def test_greedy_tokens_through_the_paged_cache_are_those_computed_without_a_cach
 
 def test_a_repeated_decode_step_pops_its_token_and_matches_eager_beside_the_explicit_cache(small, paged):
     decoder = transformer.compile_decoder(transformer.import_decode(small), TARGET)
-    runners = transformer.decode_runners(small, {"explicit": decoder, "paged": paged}, past=20)  # checked inside
-    first, second = runners["paged"](), runners["paged"]()
+    runners = transformer.step_runners(small, {"explicit": decoder, "paged": paged}, past=20)  # checked inside
+    first, second = runners["paged"]().numpy(), runners["paged"]().numpy()
     np.testing.assert_array_equal(first, second)  # the same past each time: the step's token was popped
 
 
 def test_a_paged_model_with_other_weights_fails_the_check_against_eager(small):
     other = paged_cache.compile_paged(transformer.TinyGPT(SMALL, seed=4), TARGET)
-    with pytest.raises(ParityError, match="differs from PyTorch eager"):
-        transformer.decode_runners(small, {"paged, other weights": other}, past=10)
+    with pytest.raises(ParityError, match="differ from PyTorch eager"):
+        transformer.step_runners(small, {"paged, other weights": other}, past=10)
 
 
 def test_the_cache_refuses_more_tokens_than_it_holds(paged):

@@ -192,14 +192,15 @@ def _weight_only_calls(mod) -> int:
 
 
 def test_the_decode_steps_peers_run_the_step_and_are_checked_against_eager(small):
-    """ONNX Runtime on the step exported with a dynamic past (Day 14's full-size table; its quick run leaves
-    the peers out): built in the course's one session set-up and checked on logits and cache before it is
-    timed; a peer that computes something else is refused."""
-    runners, missing = transformer.decode_peers(small, past=8, which=(peers.ORT,))
+    """ONNX Runtime and OpenVINO on one export of the step with a dynamic past (Day 14's full-size table; its
+    quick run leaves the peers out): built in the course's set-ups and checked on logits and cache before
+    they are timed; a peer that computes something else is refused."""
+    runners, missing = transformer.decode_peers(small, past=8, which=(peers.ORT, peers.OPENVINO))
     assert not missing, missing
-    assert set(runners) == {peers.EAGER, peers.ORT}
+    assert set(runners) == {peers.EAGER, peers.ORT, peers.OPENVINO}
+    for label in (peers.ORT, peers.OPENVINO):
+        assert np.asarray(runners[label]()[1]).shape[3] == 9, f"{label}: the cache one position longer than the past"
     logits, keys, values = runners[peers.ORT]()
-    assert np.asarray(keys).shape[3] == 9, "the cache one position longer than the past"
     with pytest.raises(ParityError, match="differ from PyTorch eager"):
         peers.check_outputs("a wrong peer", [np.asarray(logits) + 1, keys, values],
                             [np.asarray(logits), keys, values], transformer.STEP_OUTPUTS)

@@ -13,7 +13,9 @@ from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 def transformer_run(repeats: int = 100) -> dict:
     """Day 14's comparison on TinyGPT: the prefill of each shipped bucket by every engine (the tuned bucket
     and the symbolic build against PyTorch's peers and ``torch.compile(dynamic=True)``), then one decoding
-    step, eager against TVM's explicit and paged caches; each set timed in alternating blocks in one run."""
+    step: TVM's explicit and paged caches against eager, ``torch.compile(dynamic=True)``, ONNX Runtime and
+    OpenVINO (``transformer.decode_peers``), each TVM step timed like with like (``transformer.step_runners``);
+    each set timed in alternating blocks in one run."""
     target = machine.cpu_target()
     model = transformer.TinyGPT()
     symbolic = transformer.import_prefill(model)
@@ -30,16 +32,18 @@ def transformer_run(repeats: int = 100) -> dict:
     decoders = {transformer.DECODE_TVM: transformer.compile_decoder(decode_import, target),
                 transformer.DECODE_TUNED: transformer.compile_decoder(decode_import, target, decode_database),
                 paged_cache.LABEL: paged_cache.compile_paged(model, target)}
+    decode_peers, decode_missing = transformer.decode_peers(model, past=transformer.BUCKET)
     load = load_average()
     prefills = []
     for length, database, runners, missing in buckets:
         timings = timing.measure_engines(runners, warmup=3, repeats=repeats)
         prefills.append({"length": length, "engines": records(timings), "missing": missing, "database": database.label(),
                          "verdict": peers.verdict(timings, candidate=transformer.TUNED_BUCKET)})
-    decode = timing.measure_engines(transformer.decode_runners(model, decoders, past=transformer.BUCKET),
+    decode = timing.measure_engines(decode_peers | transformer.step_runners(model, decoders, past=transformer.BUCKET),
                                     warmup=3, repeats=repeats)
     return {"model": f"TinyGPT {model.config}", "prefill": prefills, "decode": records(decode), "past": transformer.BUCKET,
-            "decode_database": decode_database.label(),
+            "decode_database": decode_database.label(), "decode_missing": decode_missing,
+            "decode_verdict": peers.verdict(decode, candidate=transformer.DECODE_TUNED),
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
 
@@ -59,9 +63,12 @@ def format_transformer(result: dict, machine_summary: str) -> str:
               "Decoding step, its static kernels tuned (one token's matmuls; those over the symbolic past keep TVM's "
               f"default code): {result.get('decode_database', '—')}. The symbolic builds and the paged cache's step "
               "are otherwise untuned (MetaSchedule needs static shapes; the paged step's matmuls were not tuned).",
-              *(f"{label} not measured: {reason}" for p in result["prefill"] for label, reason in p["missing"].items())]
+              *(f"{label} not measured: {reason}" for p in result["prefill"] for label, reason in p["missing"].items()),
+              *(f"{label} not measured for decoding: {reason}" for label, reason in result.get("decode_missing", {}).items())]
     for p in result["prefill"]:
         lines += ["", f"Prefill of {p['length']} tokens:", *p["verdict"].splitlines()]
+    if "decode_verdict" in result:
+        lines += ["", f"Decoding after {result['past']}:", *result["decode_verdict"].splitlines()]
     return "\n".join(lines)
 
 
