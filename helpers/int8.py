@@ -229,17 +229,17 @@ def vnni_space() -> ms.space_generator.PostOrderApply:
     them the evolutionary search never changes a candidate and is random sampling ranked by
     the cost model.
     """
-    return _tensorized_space(register_vnni_intrinsic())
+    return tensorized_space(register_vnni_intrinsic())
 
 
 def avx2_space() -> ms.space_generator.PostOrderApply:
     """``vnni_space`` around ``AVX2_INTRIN`` (``vpmaddubsw`` + ``vpmaddwd``), for CPUs with AVX2 and no AVX-512
     VNNI: four multiply-adds of bytes per int32 lane and instruction pair, where LLVM's own code widens every byte
     to 32 bits first. Exact for activations up to ``ACTIVATION_MAX_AVX2`` only."""
-    return _tensorized_space(register_avx2_intrinsic())
+    return tensorized_space(register_avx2_intrinsic())
 
 
-def _tensorized_space(intrin: str) -> ms.space_generator.PostOrderApply:
+def tensorized_space(intrin: str) -> ms.space_generator.PostOrderApply:
     """Multi-level tiling around the tensor intrinsic ``intrin``, LLVM's mutators, ``RewriteTensorize``."""
     rule, post = ms.schedule_rule, ms.postproc
     rules = [
