@@ -25,38 +25,39 @@ UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate"
 
 
 # The longest work units of phase one, with their seconds on one worker of two, every cache cold as in
-# CI (a Zen 4, 2026-11-28; pytest's JUnit times): a test id (an independent test) or a file (a unit of
-# its own). They are handed out first, in this order, so that the two workers finish together instead of
-# one of them running a long autograde alone at the end. The classroom test comes first: it generates
-# its own course, so one worker starts on it while the other generates the whole course (30 s) that
-# every autograde waits for.
+# CI (a Zen 4, the run of 1695449 on 2026-11-28; pytest's JUnit times; the files' times from 2026-11-28's
+# earlier cold run): a test id (an independent test) or a file (a unit of its own). They are handed out
+# first, in this order, so that the two workers finish together instead of one of them running a long
+# autograde alone at the end. The classroom test comes first: it generates its own course, so one worker
+# starts on it while the other generates the whole course that every autograde waits for, then starts
+# the longest autograde (Day 8's, which keeps one core busy itself for its one timed test).
 AUTOGRADE = "test_autograde_gives_solution_full_marks_and_every_test_fails_on_the_blank"
 LONGEST_FIRST = {
-    "tests/test_classroom.py": 94,
-    f"{AUTOGRADE}[day14_transformers]": 109,
-    f"{AUTOGRADE}[day04_benchmark]": 105,
-    f"{AUTOGRADE}[day08_tuning]": 101,
-    f"{AUTOGRADE}[day13_dispatch]": 98,
-    "tests/test_rpc_tuning.py": 98,
-    f"{AUTOGRADE}[day10_torch_compile]": 93,
-    f"{AUTOGRADE}[day11_capstone]": 84,
-    "tests/test_hub.py": 83,
+    "tests/test_classroom.py": 95,
+    f"{AUTOGRADE}[day08_tuning]": 165,
+    f"{AUTOGRADE}[day11_capstone]": 130,
+    f"{AUTOGRADE}[day14_transformers]": 112,
+    "tests/test_hub.py": 97,
+    f"{AUTOGRADE}[day13_dispatch]": 84,
+    "tests/test_rpc_tuning.py": 80,
+    f"{AUTOGRADE}[day12_int8]": 80,
     "tests/test_nchwc.py": 80,
-    f"{AUTOGRADE}[day12_int8]": 70,
+    f"{AUTOGRADE}[day10_torch_compile]": 72,
     "tests/test_selfstudy.py": 69,
-    f"{AUTOGRADE}[day06_export]": 66,
+    f"{AUTOGRADE}[day04_benchmark]": 67,
     "tests/test_quantize.py": 65,
     "tests/test_tuning.py": 60,
+    f"{AUTOGRADE}[day06_export]": 59,
     "tests/test_transformer.py": 51,
     "tests/test_maintainers.py": 51,
-    f"{AUTOGRADE}[day02_optimize]": 42,
-    f"{AUTOGRADE}[day03_build]": 41,
-    f"{AUTOGRADE}[day05_profile]": 38,
+    f"{AUTOGRADE}[day03_build]": 44,
+    f"{AUTOGRADE}[day02_optimize]": 43,
+    f"{AUTOGRADE}[day05_profile]": 40,
+    f"{AUTOGRADE}[day01_import]": 36,
     "tests/test_databases.py": 36,
-    f"{AUTOGRADE}[day01_import]": 32,
     "tests/test_paged_cache.py": 30,
     "tests/test_grading_fresh.py": 27,
-    f"{AUTOGRADE}[day09_gpu]": 23,
+    f"{AUTOGRADE}[day09_gpu]": 26,
 }
 
 

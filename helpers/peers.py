@@ -171,6 +171,14 @@ def openvino_runner(model: torch.nn.Module, x: torch.Tensor, exported: bytes | N
     return run, seconds, openvino_precision(compiled)
 
 
+DEFAULT_PRECISION = ", default: "  # between the engine and its precision in a lower-precision label
+
+
+def precision_of(label: str) -> str:
+    """The precision a lower-precision label (``openvino_default``'s, "OpenVINO, default: bf16") names."""
+    return label.rpartition(DEFAULT_PRECISION)[2]
+
+
 def openvino_default(model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None
                      ) -> tuple[str, Callable[[], object], float] | None:
     """OpenVINO at its default precision on this CPU, labelled with it ("OpenVINO, default: bf16"), as
@@ -186,7 +194,7 @@ def openvino_default(model: torch.nn.Module, x: torch.Tensor, exported: bytes | 
         return None
     with torch.inference_mode():
         expected = model(x).numpy()
-    return f"{OPENVINO}, default: {precision}", run, relative_error(np.asarray(run()), expected)
+    return f"{OPENVINO}{DEFAULT_PRECISION}{precision}", run, relative_error(np.asarray(run()), expected)
 
 
 def onnx_export(model: torch.nn.Module, x: torch.Tensor) -> bytes:

@@ -58,7 +58,7 @@ def answer(results: Path = REPO / "results") -> str:
             cells.append(f"{'≈ ' if noisy else ''}**{r['tuned_vs_fastest_pytorch']:.2f}x** / "
                          f"{r['tuned_vs_fastest_engine']:.2f}x ({r['fastest_engine']})")
             for label, error in (row.get("lower_precision") or {}).items():
-                lower.append((row[label]["median_ms"] / row[peers.TUNED]["median_ms"], error, label.split(": ")[-1],
+                lower.append((row[label]["median_ms"] / row[peers.TUNED]["median_ms"], error, peers.precision_of(label),
                               machine_name(table["machine"])))
         lines.append(f"| {shown} | " + " | ".join(cells) + " |")
     low, high = min(against_pytorch), max(against_pytorch)

@@ -187,7 +187,7 @@ def format_table(rows: Sequence[dict], machine_summary: str) -> str:
     def lower_precision(row):
         """OpenVINO at its default precision where that is not float32: label, time, error against eager."""
         found = row.get("lower_precision") or {}
-        return "; ".join(f"{label.split(': ')[-1]} {cell(row, label)}, error {error:.1e}" for label, error in found.items()) or "—"
+        return "; ".join(f"{peers.precision_of(label)} {cell(row, label)}, error {error:.1e}" for label, error in found.items()) or "—"
 
     threads = {f"TVM {r['threads']['TVM']}, PyTorch {r['threads']['PyTorch']}" for r in rows if "threads" in r}
     lines = [
