@@ -27,8 +27,9 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     fp32_db = databases.choose("mobilenet_v2", float_imported, target, tune_if_missing=False)
     tvm_fp32 = fp32_db.compile(float_imported, target)
     check_parity(tvm_fp32, float_model, x)
-    torch_int8 = quantize.torch_int8(float_model, quantize.calibration_inputs())
-    onnx_engines, onnx_missing = quantize.onnx_int8_engines(quantize.onnx_int8(float_model, quantize.calibration_inputs()))
+    calibration = quantize.calibration_inputs()
+    torch_int8 = quantize.torch_int8(float_model, calibration)
+    onnx_engines, onnx_missing = quantize.onnx_int8_engines(quantize.onnx_int8(float_model, calibration))
     held_out = [models.example_input(seed=1000 + i) for i in range(images)]
     accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), **onnx_engines,
                                                 "TVM int8 tuned": tvm_int8}, held_out)
