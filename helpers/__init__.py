@@ -42,7 +42,7 @@ notebooks and checks this table), and what each owns:
     layer_compare   11                            tuned TVM's convolutions against a peer's, layer by layer
     int8            12                            int8 dot products on VNNI and AVX2, with tensor intrinsics that work here
     quantize        12                            post-training int8 quantization of pointwise convolutions
-    bf16            -                             bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here (no day uses it yet)
+    bf16            12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here
     dispatch        7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
     errors          14                            the errors the course raises on bad input
     transformer     14                            a small GPT: symbolic length, buckets, decoding with a KV cache

@@ -22,6 +22,8 @@ the result differs from float32 arithmetic on the same bf16 values only in the o
 
 Weights are packed ``[N/16, K/2, 16, 2]`` (``pack_weight``): each 16x2 tile 64 contiguous bytes, the
 operand the instruction reads.
+
+Introduced on Day 12.
 """
 
 from __future__ import annotations

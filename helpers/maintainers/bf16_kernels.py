@@ -1,7 +1,7 @@
 """bfloat16 kernels in TVM against float32 and against PyTorch's own bf16 (``python -m helpers.maintainers.benchmark
 bf16``): the first step of a bf16 build on CPUs with AVX-512 BF16 (issue 50).
 
-For each matrix product ``[m, k] x [k, n]`` (a MobileNetV2 pointwise convolution's, a GPT-2-small layer's),
+For each matrix product ``[m, k] x [k, n]`` (pointwise convolutions' and a GPT-2-small layer's),
 MetaSchedule tunes the product twice with the same budget, in bf16 around ``bf16.BF16_INTRIN`` (``vdpbf16ps``,
 ``bf16.bf16_space``) and in float32 with LLVM's default space, and times both beside PyTorch's ``matmul``
 in float32 and in bfloat16 (oneDNN's kernels), in one run.
@@ -19,9 +19,9 @@ from tvm import relax, te
 from tvm.s_tir import meta_schedule as ms
 
 from .. import bf16, kernels, machine, timing, tuning
-from .report import load_average, print_and_keep, records
+from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 
-SHAPES = ((196, 256, 512), (3136, 24, 144), (64, 3072, 768))  # (m, n, k): MobileNetV2's 14x14 and 56x56 pointwise, GPT-2 small's MLP
+SHAPES = ((196, 256, 512), (3136, 144, 24), (64, 3072, 768))  # (m, n, k): 14x14 pixels, 512 to 256 channels; MobileNetV2's 56x56 expansion; GPT-2 small's MLP over 64 tokens
 ENGINES = ("TVM float32 tuned", "TVM bf16 tuned", "PyTorch float32", "PyTorch bf16")
 
 
@@ -113,11 +113,13 @@ def format_bf16(result: dict, machine_summary: str) -> str:
     for row in result["rows"]:
         shape, bf16_ms = f"{row['m']} x {row['k']} . {row['k']} x {row['n']}", row["engines"]["PyTorch bf16"]["median_ms"]
         for label, r in row["engines"].items():
-            lines.append(f"| {shape} | {label} | {r['median_ms']:.4f} ({r['iqr_ms']:.4f}) | {row['gflops'][label]:.0f} | "
-                         f"{bf16_ms / r['median_ms']:.2f}x | {row['errors'][label]:.1e} |")
+            mark = UNRELIABLE_MARK if timing.unreliable(r) or timing.unreliable(row["engines"]["PyTorch bf16"]) else ""
+            lines.append(f"| {shape} | {label} | {mark}{r['median_ms']:.4f} ({r['iqr_ms']:.4f}) | {row['gflops'][label]:.0f} | "
+                         f"{mark}{bf16_ms / r['median_ms']:.2f}x | {row['errors'][label]:.1e} |")
     lines += ["", f"Each product tuned by MetaSchedule with {result['trials']} trials in float32 (LLVM's space) and in bf16 "
               "(bf16.bf16_space: tiles around vdpbf16ps); PyTorch's torch.matmul in float32 and on bfloat16 tensors. "
-              "Errors against float64 on the float32 inputs (bf16 rounds the inputs: about 1e-3)."]
+              "Errors against float64 on the float32 inputs (bf16 rounds the inputs: about 1e-3). "
+              f"{UNRELIABLE_MARK.strip()} marks a timing whose spread is over a quarter of its median: noise, not a result."]
     return "\n".join(lines)
 
 
