@@ -113,25 +113,61 @@ def onnx_session(onnx_model, profile_prefix: str | None = None):
     return ort.InferenceSession(onnx_model, options, providers=["CPUExecutionProvider"])
 
 
-def onnx_runtime_runner(model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None
-                        ) -> tuple[Callable[[], object], float]:
-    """ONNX Runtime on the CPU, all graph optimizations, PyTorch's thread count: (runner, export + load seconds);
-    ``exported``: the model's ONNX export, made already (then the seconds are the load's).
+class OnnxEngine:
+    """An ONNX model (its bytes) in ONNX Runtime (``ORT``: ``onnx_session``) or OpenVINO (``OPENVINO``:
+    ``openvino_compiled``, at ``precision``), the course's one set-up of each, fed NumPy arrays or CPU
+    tensors in the model's input order and giving every output in the model's order. ``runner(inputs)``
+    binds the inputs once, for ``timing.measure``; ``run(inputs)`` calls once. ``precision`` is what
+    it computes in, as OpenVINO names it (ONNX Runtime's CPU runs float32 as exported)."""
 
-    Raises ``PeerUnavailable`` when the model does not export to ONNX or ONNX Runtime cannot load it.
-    """
+    def __init__(self, engine: str, onnx_model: bytes, precision: str | None = "f32"):
+        if engine == ORT:
+            session = onnx_session(onnx_model)
+            names = [i.name for i in session.get_inputs()]
+            self.precision = "f32"
+
+            def bind(arrays: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
+                feed = dict(zip(names, arrays))
+                return lambda: session.run(None, feed)
+        elif engine == OPENVINO:
+            compiled = openvino_compiled(onnx_model, precision)
+            request, outputs = compiled.create_infer_request(), range(len(compiled.outputs))
+            self.precision = openvino_precision(compiled)
+
+            def bind(arrays: list[np.ndarray]) -> Callable[[], list[np.ndarray]]:
+                feed = dict(enumerate(arrays))
+
+                def run() -> list[np.ndarray]:
+                    out = request.infer(feed)
+                    return [out[i] for i in outputs]
+
+                return run
+        else:
+            raise ValueError(f"{engine!r} does not run ONNX models here: choose from {list(ONNX_ENGINES)}.")
+        self.engine, self._bind = engine, bind
+
+    def runner(self, inputs: Sequence, output: int | None = None) -> Callable[[], object]:
+        """A zero-argument runner on ``inputs``; with ``output``, it gives that output alone."""
+        run = self._bind([t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t) for t in inputs])
+        return run if output is None else lambda: run()[output]
+
+    def run(self, inputs: Sequence) -> list[np.ndarray]:
+        """Every output on ``inputs``, once."""
+        return self.runner(inputs)()
+
+
+def onnx_engine_runner(label: str, model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None,
+                       precision: str | None = "f32") -> tuple[Callable[[], object], float, str]:
+    """``model`` on ``x`` in ``label``'s engine (``ORT`` or ``OPENVINO``), fed its ONNX export (``exported``,
+    or made here): (runner giving the first output, export + load seconds, the precision it computes in).
+    Raises ``PeerUnavailable`` when the model does not export, the engine is not installed, or it cannot
+    load the model."""
     start = time.perf_counter()
     try:
-        session = onnx_runtime_session(model, x) if exported is None else onnx_session(exported)
-    except Exception as err:  # any exporter or loader failure: the peer is absent, with the reason
-        raise PeerUnavailable(why_missing(ORT, err)) from err
-    seconds = time.perf_counter() - start
-    feed = {session.get_inputs()[0].name: x.numpy()}
-
-    def run():
-        return session.run(None, feed)[0]
-
-    return run, seconds
+        engine = OnnxEngine(label, onnx_export(model, x) if exported is None else exported, precision)
+    except Exception as err:  # any exporter, import or loader failure: the peer is absent, with the reason
+        raise PeerUnavailable(why_missing(label, err)) from err
+    return engine.runner([x], output=0), time.perf_counter() - start, engine.precision
 
 
 def openvino_compiled(onnx_model: bytes, precision: str | None = "f32"):
@@ -152,25 +188,6 @@ def openvino_precision(compiled) -> str:
     return str(compiled.get_property("INFERENCE_PRECISION_HINT").to_string())
 
 
-def openvino_runner(model: torch.nn.Module, x: torch.Tensor, exported: bytes | None = None,
-                    precision: str | None = "f32") -> tuple[Callable[[], object], float, str]:
-    """OpenVINO on the CPU, fed the ONNX export ONNX Runtime runs (``exported``, or made here): (runner,
-    export + compile seconds, the precision it computes in). Raises ``PeerUnavailable`` when the model does
-    not export, OpenVINO is not installed, or it cannot compile the model."""
-    start = time.perf_counter()
-    try:
-        compiled = openvino_compiled(onnx_export(model, x) if exported is None else exported, precision)
-    except Exception as err:  # any exporter, import or compiler failure: the peer is absent, with the reason
-        raise PeerUnavailable(why_missing(OPENVINO, err)) from err
-    seconds = time.perf_counter() - start
-    request, feed = compiled.create_infer_request(), {0: x.numpy()}
-
-    def run():
-        return request.infer(feed)[0]
-
-    return run, seconds, openvino_precision(compiled)
-
-
 DEFAULT_PRECISION = ", default: "  # between the engine and its precision in a lower-precision label
 
 
@@ -187,7 +204,7 @@ def openvino_default(model: torch.nn.Module, x: torch.Tensor, exported: bytes | 
     its error is reported beside its time. ``exported``: the model's ONNX export (``Peers.exported``),
     made again here without it."""
     try:
-        run, _, precision = openvino_runner(model, x, exported, precision=None)
+        run, _, precision = onnx_engine_runner(OPENVINO, model, x, exported, precision=None)
     except PeerUnavailable:
         return None
     if precision == "f32":
@@ -256,9 +273,8 @@ def _onnx_peers(model: torch.nn.Module, x: torch.Tensor, labels: Sequence[str], 
     export_s = time.perf_counter() - start
     result.exported = exported
     for label in labels:
-        make = onnx_runtime_runner if label == ORT else openvino_runner
         try:
-            run, seconds, *_ = make(model, x, exported)
+            run, seconds, _ = onnx_engine_runner(label, model, x, exported)
         except PeerUnavailable as err:
             result.missing[label] = str(err)
         else:

@@ -375,20 +375,16 @@ def onnx_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: t
 
 def onnx_int8_engines(quantized: bytes) -> tuple[dict[str, Callable[[torch.Tensor], np.ndarray]], dict[str, str]]:
     """ONNX Runtime and OpenVINO on the int8 model ``onnx_int8`` made, each set up as the course sets up the
-    float32 peers (``peers.onnx_session``, ``peers.openvino_compiled``: the parts left in float stay float32):
+    float32 peers (``peers.OnnxEngine``: the parts left in float stay float32):
     ({label: run(x) -> logits}, {label: why it is missing})."""
     engines, missing = {}, {}
-    try:
-        session = peers.onnx_session(quantized)
-        name = session.get_inputs()[0].name
-        engines[ORT_INT8] = lambda x: session.run(None, {name: x.numpy()})[0]
-    except Exception as err:  # a loader failure: the engine is absent, with the reason
-        missing[ORT_INT8] = peers.why_missing(ORT_INT8, err)
-    try:
-        request = peers.openvino_compiled(quantized, "f32").create_infer_request()
-        engines[OPENVINO_INT8] = lambda x: np.asarray(request.infer({0: x.numpy()})[0])
-    except Exception as err:  # OpenVINO missing or unable to compile it
-        missing[OPENVINO_INT8] = peers.why_missing(OPENVINO_INT8, err)
+    for label, engine in ((ORT_INT8, peers.ORT), (OPENVINO_INT8, peers.OPENVINO)):
+        try:
+            loaded = peers.OnnxEngine(engine, quantized)
+        except Exception as err:  # the engine missing, or unable to load the model: absent, with the reason
+            missing[label] = peers.why_missing(label, err)
+        else:
+            engines[label] = lambda x, loaded=loaded: np.asarray(loaded.run([x])[0])
     return engines, missing
 
 

@@ -473,7 +473,7 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
         else:
             for label in onnx_engines:
                 try:
-                    runners[label] = _ONNX_STEP[label](exported, inputs)
+                    runners[label] = peers.OnnxEngine(label, exported).runner(inputs)
                 except Exception as err:  # a loader or compiler failure: this engine is missing, with the reason
                     missing[label] = peers.why_missing(label, err)
     want = [t.numpy() for t in eager()]
@@ -492,28 +492,6 @@ def _decode_onnx(model: TinyGPT, inputs: tuple) -> bytes:
         program = torch.onnx.export(Decode(model), inputs, dynamo=True, verbose=False,
                                     dynamic_shapes=(None, None, {3: past}, {3: past}))
     return program.model_proto.SerializeToString()
-
-
-def _onnx_runtime_step(exported: bytes, inputs: tuple) -> Callable[[], object]:
-    """ONNX Runtime on the exported step, in the course's one session set-up (``peers.onnx_session``)."""
-    session = peers.onnx_session(exported)
-    feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs)}
-    return lambda: session.run(None, feed)
-
-
-def _openvino_step(exported: bytes, inputs: tuple) -> Callable[[], object]:
-    """OpenVINO at float32 on the exported step, set up as the course sets it up (``peers.openvino_compiled``)."""
-    request = peers.openvino_compiled(exported, "f32").create_infer_request()
-    feed = {index: t.numpy() for index, t in enumerate(inputs)}
-
-    def run():
-        out = request.infer(feed)
-        return [out[index] for index in range(len(STEP_OUTPUTS))]
-
-    return run
-
-
-_ONNX_STEP = {peers.ORT: _onnx_runtime_step, peers.OPENVINO: _openvino_step}
 
 
 def step_runners(model: TinyGPT, decoders: dict, past: int, token: int = 7) -> dict[str, Callable[[], object]]:

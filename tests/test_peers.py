@@ -1,5 +1,6 @@
 """helpers.peers: naming the fastest PyTorch and engine, and real peers of a tiny conv net."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,7 +73,7 @@ def test_a_model_that_does_not_export_has_onnx_runtime_missing_with_the_reason(c
 
     monkeypatch.setattr(torch.onnx, "export", fail)
     with pytest.raises(peers.PeerUnavailable, match="RuntimeError: unsupported operator aten::made_up$"):
-        peers.onnx_runtime_runner(*conv_bn_relu)
+        peers.onnx_engine_runner(peers.ORT, *conv_bn_relu)
     found = peers.peers(*conv_bn_relu, which=peers.ENGINES)
     assert list(found.runners) == list(peers.PYTORCH)
     assert "aten::made_up" in found.missing[peers.ORT] and "aten::made_up" in found.missing[peers.OPENVINO]
@@ -81,7 +82,13 @@ def test_a_model_that_does_not_export_has_onnx_runtime_missing_with_the_reason(c
 def test_a_peer_that_gives_other_numbers_is_an_error_not_a_result(conv_bn_relu, monkeypatch):
     model, x = conv_bn_relu
     wrong = model(x).detach().numpy() * 1.01
-    monkeypatch.setattr(peers, "onnx_runtime_runner", lambda model, x, exported=None: (lambda: wrong, 0.1))
+    real = peers.onnx_engine_runner
+
+    def ort_wrong(label, *args, **kwargs):
+        run, seconds, precision = real(label, *args, **kwargs)
+        return (lambda: wrong, seconds, precision) if label == peers.ORT else (run, seconds, precision)
+
+    monkeypatch.setattr(peers, "onnx_engine_runner", ort_wrong)
     with pytest.raises(ParityError, match=r"ONNX Runtime differs from PyTorch eager: relative error 1\.0\de-02"):
         peers.peers(model, x)
 
@@ -90,7 +97,7 @@ def test_openvino_at_float32_matches_eager_and_can_be_the_fastest_engine(conv_bn
     model, x = conv_bn_relu
     found = peers.peers(model, x, which=[peers.OPENVINO])  # checked against eager within RTOL, or ParityError
     assert list(found.runners) == [peers.EAGER, peers.OPENVINO] and found.compile_s[peers.OPENVINO] > 0
-    _, _, precision = peers.openvino_runner(model, x)
+    _, _, precision = peers.onnx_engine_runner(peers.OPENVINO, model, x)
     assert precision == "f32"
     assert peers.fastest({peers.EAGER: 5.0, peers.ORT: 4.0, peers.OPENVINO: 3.0}).engine == peers.OPENVINO
     exports = []
@@ -173,9 +180,27 @@ def test_in_the_suite_a_models_onnx_export_is_kept_per_weights(conv_bn_relu, tmp
     monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
     exports, real = [], torch.onnx.export
     monkeypatch.setattr(torch.onnx, "export", lambda *a, **k: exports.append(1) or real(*a, **k))
-    outputs = [peers.onnx_runtime_runner(model, x)[0]() for _ in range(2)]
+    outputs = [peers.onnx_engine_runner(peers.ORT, model, x)[0]() for _ in range(2)]
     assert len(exports) == 1
     assert build.relative_error(outputs[1], outputs[0]) == 0.0
     assert build.relative_error(outputs[0], model(x).detach().numpy()) < peers.RTOL
-    peers.onnx_runtime_runner(model, x[:, :, :8, :8])  # another shape: exported again
+    peers.onnx_engine_runner(peers.ORT, model, x[:, :, :8, :8])  # another shape: exported again
     assert len(exports) == 2
+
+
+def test_one_onnx_engine_setup_gives_every_output_in_order_in_both_engines():
+    class TwoOutputs(torch.nn.Module):
+        def forward(self, a, b):
+            return a @ b, (a * 2).sum(dim=1)
+
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    exported = torch.onnx.export(TwoOutputs(), (a, b), dynamo=True, verbose=False).model_proto.SerializeToString()
+    want = [t.numpy() for t in TwoOutputs()(a, b)]
+    for label in peers.ONNX_ENGINES:
+        engine = peers.OnnxEngine(label, exported)
+        got = engine.run([a, b.numpy()])  # tensors or arrays, in the model's input order
+        peers.check_outputs(label, got, want, ["product", "sums"])
+        assert engine.precision == "f32"
+        assert np.array_equal(np.asarray(engine.runner([a, b], output=1)()), got[1])
+    with pytest.raises(ValueError, match="does not run ONNX models"):
+        peers.OnnxEngine(peers.EAGER, exported)
