@@ -201,7 +201,7 @@ def rank(found: Sequence[Database], target: tvm.target.Target) -> list[Database]
 
 def choose(
     model: str,
-    imported: ImportedModel,
+    imported: ImportedModel | None,
     target: tvm.target.Target,
     batch: int = 1,
     trials_per_task: int = 16,
@@ -219,7 +219,8 @@ def choose(
     (to compare models at equal budgets); the others are then left out. When no
     database exists at all, one is tuned now under ``trials_per_task`` (and
     ``max_trials_global``) into the learner's directory, or the test runs' in
-    quick mode (or ``tune_root``); with ``tune_if_missing=False`` that is an error instead.
+    quick mode (or ``tune_root``); with ``tune_if_missing=False`` that is an error instead (and
+    ``imported``, what would be tuned, may be None).
     ``places`` replaces the (origin, root) pairs searched, for tests. ``prepack`` and
     ``space_for`` go to ``tuning.tune`` when a database is tuned now.
     """
@@ -256,6 +257,8 @@ def choose(
             f"No tuning database for {model} at batch {batch}{wanted}, for this CPU or any other, "
             f"in {searched}. Tune one: python -m helpers.maintainers.benchmark tune {model} --stages 8 16."
         )
+    if imported is None:
+        raise ValueError(f"No tuning database for {model}, and no model given to tune one: pass the imported model.")
     path = database_dir(model, target, batch, tune_root or own_root())
     tuning.tune(
         imported.mod, target, path, max_trials_per_task=trials_per_task, max_trials_global=max_trials_global,

@@ -28,7 +28,9 @@ from tvm.relax.frontend.nn import op
 from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache, TIRPagedKVCache
 from tvm.runtime import ShapeTuple
 
+from . import tuning
 from .build import device_for
+from .databases import Database
 from .errors import CourseError, InputShapeError
 from .machine import cpu_target
 from .transformer import DecodeStep, GPTConfig, PrefillStep, TinyGPT
@@ -38,6 +40,8 @@ SEQUENCE = 0  # the one sequence the course's cache holds
 ROPE_NONE = 0  # RopeMode.NONE: TinyGPT learns its positions (GPT-2), the cache rotates nothing
 PAGED_TOKEN_DTYPE = "int32"  # what nn.Embedding's lookup takes here
 LABEL = "TVM decode, paged cache"  # its decoding step, in tables beside transformer's
+TUNED_LABEL = "TVM decode, paged cache, static kernels tuned"
+DATABASE_NAME = "tinygpt_paged"  # the tuning database of its static kernels (the decoding step's matmuls)
 
 
 class PagedBlock(nn.Module):
@@ -219,14 +223,27 @@ class PagedDecoder:
         return run
 
 
+def paged_module(model: TinyGPT, target: tvm.target.Target | None = None,
+                 block: type[nn.Module] = PagedBlock) -> tuple[tvm.IRModule, list[np.ndarray]]:
+    """``export``'s module with every ``Linear``'s weight transpose fused into its matmul
+    (``FuseTransposeMatmul``, as MLC LLM does), and the weights: what ``compile_paged`` builds and what its
+    tuning database is tuned on (``python -m helpers.maintainers.shipping paged``)."""
+    mod, weights = export(model, target, block)
+    return relax.transform.FuseTransposeMatmul()(mod), weights
+
+
 def compile_paged(model: TinyGPT, target: tvm.target.Target | None = None,
-                  block: type[nn.Module] = PagedBlock) -> PagedDecoder:
-    """Export ``model`` over a paged cache (its blocks of class ``block``) and build it: every ``Linear``'s
-    weight transpose fused into its matmul (``FuseTransposeMatmul``, as MLC LLM does), the rest TVM's
-    default schedules, untuned."""
+                  block: type[nn.Module] = PagedBlock, database: Database | None = None) -> PagedDecoder:
+    """Export ``model`` over a paged cache (its blocks of class ``block``) and build it (``paged_module``):
+    TVM's default schedules, untuned, or with ``database`` (``databases.choose(DATABASE_NAME, ...)``) the
+    static kernels it tuned (the decoding step's matmuls on one token; kernels over a symbolic length
+    keep the default code)."""
     target = target or cpu_target()
     device = device_for(target)
-    mod, weights = export(model, target, block)
-    mod = relax.transform.FuseTransposeMatmul()(mod)
-    vm = relax.VirtualMachine(tvm.compile(mod, target=target), device)
+    mod, weights = paged_module(model, target, block)
+    if database is None:
+        executable = tvm.compile(mod, target=target)
+    else:
+        executable = tuning.build_tuned(mod, target, database.path, prepack=False, transfer=database.transferred)
+    vm = relax.VirtualMachine(executable, device)
     return PagedDecoder(vm, [tvm.runtime.tensor(w, device) for w in weights], device, model.config)

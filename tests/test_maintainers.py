@@ -208,15 +208,15 @@ def test_the_transformer_comparison_times_each_bucket_and_the_decoding_step(cour
     built, compile_decoder = [], transformer.compile_decoder
     monkeypatch.setattr(transformer, "compile_decoder", lambda imported, target=None, database=None: built[0] if built
                         else built.append(compile_decoder(imported, target)) or built[0])
-    monkeypatch.setattr(paged_cache, "compile_paged", lambda model, target=None: built[0])
+    monkeypatch.setattr(paged_cache, "compile_paged", lambda model, target=None, database=None: built[0])
     monkeypatch.setattr(transformer, "BUCKETS", (16,))
     monkeypatch.setattr(transformer, "BUCKET", 16)
     monkeypatch.setattr(databases, "choose", lambda *args, **kwargs: Untuned())
     result = transformer_table.transformer_run(repeats=2)
     (prefill,) = result["prefill"]
     assert prefill["length"] == 16 and transformer.TUNED_BUCKET in prefill["engines"]
-    assert {transformer.DECODE_TVM, transformer.DECODE_TUNED, paged_cache.LABEL, peers.EAGER, peers.COMPILED, peers.ORT,
-            peers.OPENVINO} <= set(result["decode"]) and result["decode_missing"] == {}
+    assert {transformer.DECODE_TVM, transformer.DECODE_TUNED, paged_cache.LABEL, paged_cache.TUNED_LABEL, peers.EAGER,
+            peers.COMPILED, peers.ORT, peers.OPENVINO} <= set(result["decode"]) and result["decode_missing"] == {}
     text = transformer_table.format_transformer(result, "a test machine")
     assert "| prefill, 16 tokens |" in text and "| decode after 16 |" in text and "Decoding after 16:" in text
 

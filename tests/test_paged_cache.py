@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import build, ir, machine, paged_cache, peers, transformer
+from helpers import build, databases, ir, machine, paged_cache, peers, transformer, tuning
 from helpers.errors import CourseError, InputShapeError, ParityError
 
 TARGET = machine.cpu_target()
@@ -81,3 +81,22 @@ def test_weights_the_pytorch_model_lacks_are_named():
 
     with pytest.raises(CourseError, match="ln.bias"):
         paged_cache.export(Wider(SMALL), TARGET)
+
+
+def test_the_shipped_paged_database_covers_every_static_kernel_and_its_build_decodes_like_pytorch():
+    """Day 14 builds the paged step with it: a change to the paged model must come with a new database."""
+    model = transformer.TinyGPT()
+    mod, _ = paged_cache.paged_module(model, TARGET)
+    tasks = tuning.extract_tasks(tuning.prepare(mod, TARGET, prepack=False), TARGET)
+    static = {t.task_name for t in tasks if tuning.is_static(t.dispatched[0])}
+    assert any("NT_matmul" in name for name in static), "the decoding step's matmuls on one token are static"
+    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{paged_cache.DATABASE_NAME}-b1-*cores"))
+    assert shipped, "no database for the paged step ships in tuning/: python -m helpers.maintainers.shipping paged"
+    lookups = {name for name in static if name.startswith("take")}  # embedding lookups: not tunable (see test_transformer)
+    for path in shipped:
+        db = tuning.load_database(path)
+        missing = {t.task_name for t in tasks if t.task_name in static and not db.has_workload(t.dispatched[0])} - lookups
+        assert not missing, f"{path.name} has no record for {sorted(missing)[:4]} ({len(missing)} of {len(static)})"
+    database = databases.choose(paged_cache.DATABASE_NAME, None, TARGET, tune_if_missing=False)
+    tuned = paged_cache.compile_paged(model, TARGET, database=database)
+    transformer.step_runners(model, {paged_cache.TUNED_LABEL: tuned}, past=12)  # checked against eager inside

@@ -3,6 +3,7 @@
     python -m helpers.maintainers.shipping int8 16 [--mcpu haswell]   # Day 12's int8 MobileNetV2, per int8 instruction
     python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
     python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
+    python -m helpers.maintainers.shipping paged --trials 32          # those of its decoding step over the paged cache
 
 The float32 models' databases are tuned in stages with their curve (``python -m helpers.maintainers.benchmark
 tune ... --into tuning/NAME --keep 1``, ``stages``); these have no eager twin to draw a curve against.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import tvm
 
-from .. import databases, machine, quantize, transformer, tuning
+from .. import databases, machine, paged_cache, quantize, transformer, tuning
 from ..machine import cpu_target
 from ..models import ImportedModel
 
@@ -48,6 +49,18 @@ def tune_decode(trials_per_task: int, target: tvm.target.Target | None = None) -
                          target, static_kernels_only=True)
 
 
+def tune_paged(trials_per_task: int, target: tvm.target.Target | None = None) -> str:
+    """Tune the static kernels of the default TinyGPT over the paged cache (``paged_cache.paged_module``: its
+    decoding step's matmuls on one token) into the shipped databases; the kernels over a symbolic length
+    (the prefill's, the cache's own attention) keep TVM's default code."""
+    target = target or cpu_target()
+    mod, _ = paged_cache.paged_module(transformer.TinyGPT(), target)
+    work_dir = databases.database_dir(paged_cache.DATABASE_NAME, target)
+    tuning.tune(mod, target, work_dir, max_trials_per_task=trials_per_task, static_kernels_only=True)
+    tuning.prune_database(work_dir, keep=1)
+    return str(work_dir)
+
+
 def tune_and_ship(imported: ImportedModel, name: str, trials_per_task: int, target: tvm.target.Target,
                   static_kernels_only: bool) -> str:
     """Tune ``imported`` into the shipped database of ``name`` for ``target``, then keep the best record per kernel.
@@ -70,13 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     prefill.add_argument("--trials", type=int, default=32, help="trials per task")
     decode = sub.add_parser("decode", help="tune the static kernels of TinyGPT's decoding step into tuning/ (Day 14)")
     decode.add_argument("--trials", type=int, default=32, help="trials per task")
+    paged = sub.add_parser("paged", help="tune the static kernels of TinyGPT over the paged cache into tuning/ (Day 14)")
+    paged.add_argument("--trials", type=int, default=32, help="trials per task")
     args = parser.parse_args(argv)
     if args.command == "int8":
         tune_int8(args.trials, machine.target_for(args.mcpu))
     elif args.command == "prefill":
         print("tuned into", tune_bucket(args.length, args.trials))
-    else:
+    elif args.command == "decode":
         print("tuned into", tune_decode(args.trials))
+    else:
+        print("tuned into", tune_paged(args.trials))
     return 0
 
 

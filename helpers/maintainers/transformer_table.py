@@ -29,9 +29,11 @@ def transformer_run(repeats: int = 100) -> dict:
         buckets.append((length, database, runners, missing))
     decode_import = transformer.import_decode(model)
     decode_database = databases.choose(transformer.DECODE_NAME, decode_import, target, tune_if_missing=False)
+    paged_database = databases.choose(paged_cache.DATABASE_NAME, None, target, tune_if_missing=False)
     decoders = {transformer.DECODE_TVM: transformer.compile_decoder(decode_import, target),
                 transformer.DECODE_TUNED: transformer.compile_decoder(decode_import, target, decode_database),
-                paged_cache.LABEL: paged_cache.compile_paged(model, target)}
+                paged_cache.LABEL: paged_cache.compile_paged(model, target),
+                paged_cache.TUNED_LABEL: paged_cache.compile_paged(model, target, database=paged_database)}
     decode_peers, decode_missing = transformer.decode_peers(model, past=transformer.BUCKET)
     load = load_average()
     prefills = []
@@ -42,7 +44,8 @@ def transformer_run(repeats: int = 100) -> dict:
     decode = timing.measure_engines(decode_peers | transformer.step_runners(model, decoders, past=transformer.BUCKET),
                                     warmup=3, repeats=repeats)
     return {"model": f"TinyGPT {model.config}", "prefill": prefills, "decode": records(decode), "past": transformer.BUCKET,
-            "decode_database": decode_database.label(), "decode_missing": decode_missing,
+            "decode_database": decode_database.label(), "paged_database": paged_database.label(),
+            "decode_missing": decode_missing,
             "decode_verdict": peers.verdict(decode, candidate=transformer.DECODE_TUNED),
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
@@ -61,8 +64,9 @@ def format_transformer(result: dict, machine_summary: str) -> str:
               f"{result['past']}. One run, engines timed in alternating blocks. {UNRELIABLE_MARK.strip()} marks noise.",
               *(f"Tuned bucket of {p['length']}: {p['database']}." for p in result["prefill"]),
               "Decoding step, its static kernels tuned (one token's matmuls; those over the symbolic past keep TVM's "
-              f"default code): {result.get('decode_database', '—')}. The symbolic builds and the paged cache's step "
-              "are otherwise untuned (MetaSchedule needs static shapes; the paged step's matmuls were not tuned).",
+              f"default code): {result.get('decode_database', '—')}; the paged cache's step, its static kernels "
+              f"tuned: {result.get('paged_database', 'not measured')}. The symbolic builds are otherwise untuned "
+              "(MetaSchedule needs static shapes).",
               *(f"{label} not measured: {reason}" for p in result["prefill"] for label, reason in p["missing"].items()),
               *(f"{label} not measured for decoding: {reason}" for label, reason in result.get("decode_missing", {}).items())]
     for p in result["prefill"]:
