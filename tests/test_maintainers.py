@@ -235,8 +235,22 @@ def test_the_large_transformer_comparison_gives_tokens_per_second_and_the_memory
     width = SMALL_GPT.width * 4   # float32
     assert result["weight_bytes_per_token"] == sum(p.numel() * 4 for p in model.parameters()) - (
         SMALL_GPT.vocab + SMALL_GPT.max_len) * width + 2 * width
+    assert "no tuning database for a bucket of 8 tokens" in result["missing"][transformer_large.TUNED_PREFILL]
     text = transformer_large.format_large(result, "a test machine")
     assert "| decode after 8 |" in text and "| prefill of 8 |" in text and "memory floor" in text.lower()
+    assert "TVM's prefill is not timed" in text
+
+
+def test_the_large_transformers_tvm_prefill_is_its_bucket_built_with_the_database_found(monkeypatch):
+    asked = []
+    monkeypatch.setattr(databases, "choose", lambda name, *args, **kwargs: asked.append(name) or Untuned())
+    model = GPT(SMALL_GPT)
+    ids = transformer.tokens(6, SMALL_GPT.vocab, seed=2)
+    run, label = transformer_large.tuned_prefill(model, ids, machine.cpu_target())
+    assert asked == [f"{transformer_large.PREFILL_PREFIX}6"] and label == "untuned stand-in"
+    with torch.inference_mode():
+        want = model.prefill(ids)[0].numpy()
+    assert build.relative_error(np.asarray(run()[0].numpy()), want) < peers.RTOL
 
 
 def test_the_capstone_command_keeps_each_models_row(course, tuned, capsys):

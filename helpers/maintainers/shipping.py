@@ -4,6 +4,7 @@
     python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
     python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
     python -m helpers.maintainers.shipping paged --trials 32          # those of its decoding step over the paged cache
+    python -m helpers.maintainers.shipping large-prefill --trials 16  # make benchmark's GPT-2-small-sized prefill bucket
 
 The float32 models' databases are tuned in stages with their curve (``python -m helpers.maintainers.benchmark
 tune ... --into tuning/NAME --keep 1``, ``stages``); these have no eager twin to draw a curve against.
@@ -20,6 +21,7 @@ import tvm
 from .. import databases, machine, paged_cache, quantize, transformer, tuning
 from ..machine import cpu_target
 from ..models import ImportedModel
+from . import transformer_large
 
 
 def tune_int8(trials_per_task: int, target: tvm.target.Target | None = None) -> Path:
@@ -61,6 +63,15 @@ def tune_paged(trials_per_task: int, target: tvm.target.Target | None = None) ->
     return str(work_dir)
 
 
+def tune_large_prefill(length: int, trials_per_task: int, target: tvm.target.Target | None = None) -> str:
+    """Tune the prefill bucket of ``length`` tokens of ``make benchmark``'s GPT-2-small-sized model
+    (``transformer_large``) into the shipped databases (kept: best per kernel)."""
+    target = target or cpu_target()
+    bucket = transformer_large.prefill_bucket(transformer.TinyGPT(transformer_large.GPT2_SMALL), length)
+    return tune_and_ship(bucket, f"{transformer_large.PREFILL_PREFIX}{length}", trials_per_task, target,
+                         static_kernels_only=False)
+
+
 def tune_and_ship(imported: ImportedModel, name: str, trials_per_task: int, target: tvm.target.Target,
                   static_kernels_only: bool) -> str:
     """Tune ``imported`` into the shipped database of ``name`` for ``target``, then keep the best record per kernel.
@@ -85,11 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     decode.add_argument("--trials", type=int, default=32, help="trials per task")
     paged = sub.add_parser("paged", help="tune the static kernels of TinyGPT over the paged cache into tuning/ (Day 14)")
     paged.add_argument("--trials", type=int, default=32, help="trials per task")
+    large = sub.add_parser("large-prefill", help="tune make benchmark's GPT-2-small-sized prefill bucket into tuning/")
+    large.add_argument("--length", type=int, default=128, help="the bucket's length (the benchmark's prompt)")
+    large.add_argument("--trials", type=int, default=16, help="trials per task")
     args = parser.parse_args(argv)
     if args.command == "int8":
         tune_int8(args.trials, machine.target_for(args.mcpu))
     elif args.command == "prefill":
         print("tuned into", tune_bucket(args.length, args.trials))
+    elif args.command == "large-prefill":
+        print("tuned into", tune_large_prefill(args.length, args.trials))
     elif args.command == "decode":
         print("tuned into", tune_decode(args.trials))
     else:

@@ -10,8 +10,9 @@ lifted, the weights lie ``[in, out]``, DLight's ``GEMV`` declines every product 
 blocks' with a schedule that reads each weight column by column; and fused with each transpose fused into its
 product (``FuseTransposeMatmul``: the weights stay ``[out, in]``, as MLC LLM keeps them)
 and the course's own row-by-row schedule (``gemv.RowGEMV``) beside DLight's ``Reduction``. The prefill is timed
-for PyTorch's peers and ONNX Runtime: TVM's prefill at this size needs tuned matrix kernels, and no database for
-these shapes ships.
+for PyTorch's peers and ONNX Runtime, and for TVM as a tuned bucket of the prompt's length where a database for
+it exists (``python -m helpers.maintainers.shipping large-prefill``): untuned, TVM's matrix kernels at this size
+are plain loops, seconds per prompt.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import dataclasses
 import torch
 import tvm
 
-from .. import build, kernels, machine, peers, timing, transformer
+from .. import build, databases, kernels, machine, peers, timing, transformer
+from ..errors import TuningDatabaseError
 from .gemv import RowGEMV
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 
@@ -29,6 +31,25 @@ GPT2_SMALL = transformer.GPTConfig(vocab=50257, width=768, layers=12, heads=12, 
 UNTUNED = "TVM decode, untuned"
 WITH_DLIGHT = "TVM decode, transposes lifted, DLight CPU rules"
 WITH_ROW_GEMV = "TVM decode, transposes fused, row GEMV + DLight Reduction"
+TUNED_PREFILL = "TVM prefill, tuned bucket"
+PREFILL_PREFIX = "gpt2small_prefill"  # its database's model name, with the prompt's length appended
+
+
+def prefill_bucket(model: transformer.TinyGPT, length: int):
+    """``model``'s prefill with its length bound to ``length`` (``transformer.bind_length``): what is tuned and built."""
+    return transformer.bind_length(transformer.import_prefill(model), length)
+
+
+def tuned_prefill(model: transformer.TinyGPT, ids: torch.Tensor, target: tvm.target.Target):
+    """TVM's prefill of ``ids`` as a tuned bucket of their length: (runner, the database's label), or
+    (None, why not) where no database for that bucket exists."""
+    bucket = prefill_bucket(model, ids.shape[1])
+    try:
+        database = databases.choose(f"{PREFILL_PREFIX}{ids.shape[1]}", bucket, target, tune_if_missing=False)
+    except TuningDatabaseError:
+        return None, (f"{TUNED_PREFILL}: no tuning database for a bucket of {ids.shape[1]} tokens "
+                      f"(python -m helpers.maintainers.shipping large-prefill --length {ids.shape[1]})")
+    return timing.tvm_runner(database.compile(bucket, target), ids), database.label()
 
 
 def dlight_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
@@ -85,7 +106,14 @@ def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, promp
             dataclasses.replace(decode_import, mod=variant["mod"]), target, []))
     decode, missing = transformer.decode_peers(model, past)
     decode |= {label: run for label, run in transformer.step_runners(model, decoders, past).items() if label != peers.EAGER}
-    prefill = peers.peers(transformer.Prefill(model), transformer.tokens(prompt, config.vocab, seed=1))
+    ids = transformer.tokens(prompt, config.vocab, seed=1)
+    prefill = peers.peers(transformer.Prefill(model), ids)
+    tvm_prefill, prefill_database = tuned_prefill(model, ids, target)
+    if tvm_prefill is None:
+        prefill.missing[TUNED_PREFILL] = prefill_database
+    else:
+        prefill.runners[TUNED_PREFILL] = tvm_prefill
+        peers.check_against_eager(prefill.runners, [TUNED_PREFILL])
     bandwidth = kernels.memory_bandwidth_gbs()
     load = load_average()
     decode_timings = timing.measure_engines(decode, warmup=2, repeats=repeats)
@@ -93,7 +121,7 @@ def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, promp
     return {"model": f"TinyGPT {config}", "parameters": sum(p.numel() for p in model.parameters()),
             "weight_bytes_per_token": weight_bytes_per_token(model), "bandwidth_gbs": bandwidth,
             "past": past, "prompt": prompt, "decode": records(decode_timings), "prefill": records(prefill_timings),
-            "missing": {**missing, **prefill.missing},
+            "missing": {**missing, **prefill.missing}, "prefill_database": prefill_database if tvm_prefill else None,
             "dlight": {"scheduled": lifted["scheduled"], "left": lifted["left"], "gemv_alone": gemv_alone["scheduled"]},
             "row_gemv": {"scheduled": rows["scheduled"], "left": rows["left"]},
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
@@ -120,7 +148,7 @@ def format_large(result: dict, machine_summary: str) -> str:
               f"Memory floor of a decoding step: {result['weight_bytes_per_token'] / 1e6:.0f} MB of weights read per token "
               f"over {result['bandwidth_gbs']:.1f} GB/s (one core's streaming copy, a lower bound of the machine's "
               f"bandwidth) = {floor_ms:.1f} ms; the last column is the share of that floor an engine reaches.",
-              "TVM's steps are untuned. Default pipeline: no kernel scheduled. Transposes lifted out of the step (run once "
+              "TVM's decoding steps are untuned. Default pipeline: no kernel scheduled. Transposes lifted out of the step (run once "
               "at load), DLight's CPU rules: the weights lie [in, out], so DLight's GEMV took "
               f"{len(result['dlight'].get('gemv_alone', [])) or 'none'} of the products and its Reduction "
               f"{len(result['dlight']['scheduled'])} of the step's {len(result['dlight']['scheduled']) + len(result['dlight']['left'])} "
@@ -128,8 +156,9 @@ def format_large(result: dict, machine_summary: str) -> str:
               f"{', '.join(k for k in result['dlight']['left'] if 'matmul' in k) or 'none'}. "
               "Transposes fused into the products (FuseTransposeMatmul, weights read [out, in] as stored), the course's "
               f"RowGEMV and DLight's Reduction: {len(result['row_gemv']['scheduled'])} kernels scheduled, the products "
-              f"left as plain loops: {', '.join(k for k in result['row_gemv']['left'] if 'matmul' in k) or 'none'}. TVM's prefill at "
-              "this size is not timed: its matrix kernels need tuning, and no database for these shapes ships.",
+              f"left as plain loops: {', '.join(k for k in result['row_gemv']['left'] if 'matmul' in k) or 'none'}.",
+              f"TVM's prefill: a bucket of {result['prompt']} tokens, {result['prefill_database']}." if result.get("prefill_database")
+              else "TVM's prefill is not timed: untuned, its matrix kernels at this size are plain loops (seconds per prompt).",
               *(f"{label} missing: {reason}" for label, reason in result["missing"].items())]
     return "\n".join(lines)
 
