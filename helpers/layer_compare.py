@@ -150,8 +150,8 @@ def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5) -> En
 
 
 def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
-    """ONNX Runtime's nodes as its profiler timed them (the session ``peers.OnnxEngine``
-    builds, profiling on), medians of ``repeats`` runs after one warm-up; a ``Conv`` node's weight
+    """ONNX Runtime's nodes as its profiler timed them (the course's session, ``peers.onnx_session``,
+    profiling on), medians of ``repeats`` runs after one warm-up; a ``Conv`` node's weight
     gives its kernel size and groups."""
     with tempfile.TemporaryDirectory() as tmp:
         session = onnx_runtime_session(model, x, profile_prefix=str(Path(tmp) / "ort"))
