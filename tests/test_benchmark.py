@@ -6,8 +6,8 @@ import os
 import pytest
 import tvm
 
-from helpers import databases, machine, peers, quantize, results, transformer, tuning
-from helpers.maintainers import report, stages, table, transformer_table
+from helpers import databases, machine, paged_cache, peers, quantize, results, transformer, tuning
+from helpers.maintainers import report, stages, table, transformer_large, transformer_table
 
 
 def _target(mcpu="znver4", cores=2):
@@ -115,9 +115,12 @@ def _is_int8(directory) -> bool:
     return f"{quantize.MODEL}_int8" in directory.name
 
 
+PREFILL_BUCKETS = (transformer.BUCKET_PREFIX, transformer_large.PREFILL_PREFIX)  # static: tuned with prepacking
+
+
 def _is_transformer(directory) -> bool:
-    """Day 14's databases: prefill buckets and the decoding step."""
-    return directory.name.startswith((transformer.BUCKET_PREFIX, transformer.DECODE_NAME))
+    """Day 14's databases (prefill buckets, the decoding step, the paged step) and make benchmark's large prefill."""
+    return directory.name.startswith((*PREFILL_BUCKETS, transformer.DECODE_NAME, paged_cache.DATABASE_NAME))
 
 
 def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
@@ -156,9 +159,10 @@ def test_shipped_int8_databases_match_their_name_and_keep_the_best_record_per_ke
 
 
 def test_shipped_transformer_databases_match_their_name_and_keep_the_best_record_per_kernel():
-    """Day 14's databases (python -m helpers.transformer tune-prefill / tune-decode) have no curve of their own."""
+    """Day 14's databases and the large prefill's (python -m helpers.maintainers.shipping) have no curve of their own."""
     shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and _is_transformer(p)]
-    assert {p.name.split("-")[0] for p in shipped} >= {*map(transformer.bucket_name, transformer.BUCKETS), transformer.DECODE_NAME}
+    assert {p.name.split("-")[0] for p in shipped} >= {*map(transformer.bucket_name, transformer.BUCKETS), transformer.DECODE_NAME,
+                                                      paged_cache.DATABASE_NAME, f"{transformer_large.PREFILL_PREFIX}128"}
     for directory in shipped:
         summary = tuning.database_summary(directory)
         assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
@@ -167,7 +171,7 @@ def test_shipped_transformer_databases_match_their_name_and_keep_the_best_record
         assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
         settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
         # weights are prepacked in the static buckets only: with a symbolic past prepacking computes wrong numbers
-        assert settings["prepack"] is directory.name.startswith(transformer.BUCKET_PREFIX), directory.name
+        assert settings["prepack"] is directory.name.startswith(PREFILL_BUCKETS), directory.name
         assert not settings["quick"], directory.name
 
 

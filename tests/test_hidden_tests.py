@@ -1195,6 +1195,17 @@ def _paged_block(layer_fixed=False, scale_for_head_dim=None, norm_after=False):
     return PagedBlock
 
 
+def test_day14_paged_block_tests_refuse_the_courses_block_and_its_subclasses():
+    from helpers import paged_cache
+
+    class Derived(paged_cache.PagedBlock):
+        pass
+
+    for theirs in (paged_cache.PagedBlock, Derived):  # each passes every check of the block's numbers
+        with pytest.raises(AssertionError, match="write your own PagedBlock"):
+            exec(_cell(DAY14, "test_paged_block"), _day14_namespace(PagedBlock=theirs))
+
+
 def test_day14_paged_block_tests_catch_a_block_normalized_after_its_attention():
     with pytest.raises(AssertionError, match="prefill's logits differ"):
         exec(_cell(DAY14, "test_paged_block"), _day14_namespace(PagedBlock=_paged_block(norm_after=True)))
