@@ -43,13 +43,12 @@ def prefill_bucket(model: transformer.TinyGPT, length: int):
 def tuned_prefill(model: transformer.TinyGPT, ids: torch.Tensor, target: tvm.target.Target):
     """TVM's prefill of ``ids`` as a tuned bucket of their length: (runner, the database's label), or
     (None, why not) where no database for that bucket exists."""
-    bucket = prefill_bucket(model, ids.shape[1])
-    try:
-        database = databases.choose(f"{PREFILL_PREFIX}{ids.shape[1]}", bucket, target, tune_if_missing=False)
+    try:  # nothing is tuned here, so the bucket is imported only once a database is found
+        database = databases.choose(f"{PREFILL_PREFIX}{ids.shape[1]}", None, target, tune_if_missing=False)
     except TuningDatabaseError:
         return None, (f"{TUNED_PREFILL}: no tuning database for a bucket of {ids.shape[1]} tokens "
                       f"(python -m helpers.maintainers.shipping large-prefill --length {ids.shape[1]})")
-    return timing.tvm_runner(database.compile(bucket, target), ids), database.label()
+    return timing.tvm_runner(database.compile(prefill_bucket(model, ids.shape[1]), target), ids), database.label()
 
 
 def dlight_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
