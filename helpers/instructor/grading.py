@@ -28,6 +28,7 @@ from pathlib import Path
 
 from .. import config
 from ..errors import GradingError
+from . import nbgrader_command
 
 REPO = config.REPO
 SOURCE = "solutions"
@@ -49,9 +50,9 @@ def _env() -> dict[str, str]:
 
 
 def nbgrader(*args: str, course: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``nbgrader ARGS`` in the course directory, with the course's config."""
-    cmd = [str(Path(sys.executable).parent / "nbgrader"), *args]
-    proc = subprocess.run(cmd, cwd=course, env=_env(), capture_output=True, text=True)
+    """Run ``nbgrader ARGS`` in the course directory, with the course's config (in a process of its own,
+    forked from one that has nbgrader imported: ``nbgrader_command``)."""
+    proc = nbgrader_command.run(list(args), course, _env())
     if check and proc.returncode != 0:
         raise RuntimeError(f"`nbgrader {' '.join(args)}` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
