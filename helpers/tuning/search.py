@@ -51,6 +51,19 @@ MAX_TRIALS_PER_ROUND = 64
 TEMPLATE_POPULATION = 32
 
 
+_RUNNER: ms.runner.LocalRunner | None = None
+
+
+def local_runner() -> ms.runner.LocalRunner:
+    """The ``LocalRunner`` every tuning run of this process measures with: its worker process (which
+    times each candidate away from this one) is started once, not per run. Starting it imports TVM
+    and PyTorch, about 3.5 s on two cores, more than a small tuning run's whole search."""
+    global _RUNNER
+    if _RUNNER is None:
+        _RUNNER = ms.runner.LocalRunner()
+    return _RUNNER
+
+
 def tune(
     mod: tvm.IRModule,
     target: tvm.target.Target,
@@ -216,7 +229,7 @@ def seed_with(
         record.trace.apply_to_schedule(sch, remove_postproc=False)
         inputs.append(BuilderInput(sch.mod, target))
     built = [(record, result) for record, result in zip(best, InProcessBuilder().build(inputs)) if result.error_msg is None]
-    runner = ms.runner.LocalRunner()
+    runner = local_runner()
     bar = tqdm(total=len(best), desc=f"Measuring {len(best)} schedules from {Path(source).name} here",
                unit="kernel", file=sys.stdout, disable=not progress, dynamic_ncols=True)
     bar.update(len(best) - len(built))  # failed builds: nothing to measure
@@ -238,7 +251,6 @@ def seed_with(
                 replayed += 1
             bar.update(1)
     finally:
-        runner.pool.shutdown()
         bar.close()
     failed = len(best) - replayed
     return replayed, failed
@@ -275,23 +287,18 @@ def _run_tuning(
         for task, space, logger, rand_state in zip(tasks, spaces, loggers, fork_seed(seed, n=len(tasks)))
     ]
     weights = [task.weight for task in tasks]
-    own_runner = runner is None
-    runner = ms.runner.LocalRunner() if own_runner else runner
-    try:
-        with progress_bar(tasks, budget, disable=not progress) as callbacks:
-            ms.tune_tasks(
-                tasks=contexts,
-                task_weights=weights,
-                work_dir=str(work_dir),
-                max_trials_global=budget,
-                max_trials_per_task=max_trials_per_task,
-                num_trials_per_iter=per_round,
-                builder=InProcessBuilder(),
-                runner=runner,
-                database="json",
-                measure_callbacks=callbacks,
-                task_scheduler="gradient",
-            )
-    finally:
-        if own_runner:
-            runner.pool.shutdown()
+    runner = runner if runner is not None else local_runner()
+    with progress_bar(tasks, budget, disable=not progress) as callbacks:
+        ms.tune_tasks(
+            tasks=contexts,
+            task_weights=weights,
+            work_dir=str(work_dir),
+            max_trials_global=budget,
+            max_trials_per_task=max_trials_per_task,
+            num_trials_per_iter=per_round,
+            builder=InProcessBuilder(),
+            runner=runner,
+            database="json",
+            measure_callbacks=callbacks,
+            task_scheduler="gradient",
+        )
