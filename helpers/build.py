@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import tvm
+import tvm_ffi
 from tvm import relax, te, topi
 
+from . import cache
 from .errors import InputShapeError, ParityError
 from .machine import cpu_target, require_gpu
 from .models import ImportedModel
@@ -184,9 +186,44 @@ def compile_model(
     """
     target = target or cpu_target()
     device_for(target)  # fail before a long compile when the device is missing
-    with tvm.transform.PassContext(config=pass_config) if pass_config else contextlib.nullcontext():
-        executable = tvm.compile(imported.mod, target=target, relax_pipeline=pipeline)
-    return load_executable(executable, imported, target)
+    runnable, executable, library = build_runnable(imported.mod, target, pipeline, pass_config)
+    compiled = load_executable(runnable, imported, target)
+    compiled.executable, compiled.library = executable, library
+    return compiled
+
+
+def build_runnable(mod: tvm.IRModule, target: tvm.target.Target, pipeline: str | tvm.transform.Pass = "default",
+                   pass_config: dict[str, object] | None = None) -> tuple[object, object, Path | None]:
+    """``tvm.compile(mod)`` as ``(what relax.VirtualMachine runs, the executable, the library file or None)``.
+
+    Here the three are one executable. In the suite (quick mode), which builds the same models many
+    times, a CPU build with a named pipeline is kept in the compile cache like a tuned build
+    (``helpers.cache``): the VM runs the library loaded from it, and the executable is compiled
+    again only where something asks for it (exporting it, reading its LLVM code).
+    """
+    def compile_it() -> tvm.runtime.Executable:
+        with tvm.transform.PassContext(config=pass_config) if pass_config else contextlib.nullcontext():
+            return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+
+    if not (cache.for_tests() and isinstance(pipeline, str) and not pass_config and target.kind.name == "llvm"):
+        executable = compile_it()
+        return executable, executable, None
+    key = cache.key("build_runnable", str(target), tvm_ffi.structural_hash(mod), pipeline)
+    library, _ = cache.load_or_build("untuned", key, compile_it)
+    return library, _ExecutableOnDemand(compile_it), cache.path_for("untuned", key)
+
+
+class _ExecutableOnDemand:
+    """A build's ``tvm.runtime.Executable``, compiled at its first use (a build loaded from the cache runs
+    without it)."""
+
+    def __init__(self, compile_it) -> None:
+        self._compile_it, self._executable = compile_it, None
+
+    def __getattr__(self, name: str):
+        if self._executable is None:
+            self._executable = self._compile_it()
+        return getattr(self._executable, name)
 
 
 def load_executable(

@@ -10,11 +10,12 @@ in milliseconds the next time. Anything that changes the build changes the key.
 The cache lives in ``build/compiled/`` (not in git); delete the folder, or set
 ``TVM_COURSE_NO_CACHE=1``, to build from scratch.
 
-In quick (CI) mode, the suite executes every notebook twice (solution and blank release) and
-its tests import the same models again and again; there the imports of models made of torch's
-and torchvision's layers (``models.import_to_relax``) and their ONNX exports (``peers``) are cached
-too (``for_tests()``). Not for a learner: the notebooks time those steps to teach what they cost.
-(Untuned builds are not cached: a library loaded back cannot be exported again, which Day 6 does.)
+In quick (CI) mode, the suite's notebooks and tests import and build the same models again and
+again; there the imports of models made of torch's and torchvision's layers (``models.import_to_relax``),
+their ONNX exports (``peers``) and their untuned builds (``build.compile_model`` with a named pipeline)
+are cached too (``for_tests()``). Not for a learner: the notebooks time those steps to teach what they
+cost. (A library loaded back cannot be exported again, which Day 6 does: a cached untuned build
+compiles its executable again where one is asked for.)
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import tvm
 
-from .build import CompiledModel, device_for, load_executable
+from .build import CompiledModel, compile_model, device_for, load_executable
 from .errors import InputShapeError
 from .machine import cpu_target
 from .models import ImportedModel, dtype_name, export, to_relax
@@ -89,5 +89,5 @@ def compile_dynamic(
     """tvm.compile a dynamic-batch module for ``target`` (default: this CPU) and load it."""
     target = target or cpu_target()
     device_for(target)  # fail before a long compile when the device is missing
-    compiled = load_executable(tvm.compile(imported.mod, target=target, relax_pipeline=pipeline), imported, target)
+    compiled = compile_model(imported, target, pipeline)
     return DynamicBatchModel(**vars(compiled), max_batch=imported.max_batch)

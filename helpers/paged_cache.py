@@ -29,7 +29,7 @@ from tvm.relax.frontend.nn.llm.kv_cache import PagedKVCache, TIRPagedKVCache
 from tvm.runtime import ShapeTuple
 
 from . import tuning
-from .build import device_for
+from .build import build_runnable, device_for
 from .databases import Database
 from .errors import CourseError, InputShapeError
 from .machine import cpu_target
@@ -242,7 +242,7 @@ def compile_paged(model: TinyGPT, target: tvm.target.Target | None = None,
     device = device_for(target)
     mod, weights = paged_module(model, target, block)
     if database is None:
-        executable = tvm.compile(mod, target=target)
+        executable, _, _ = build_runnable(mod, target)
     else:
         executable = tuning.build_tuned(mod, target, database.path, prepack=False, transfer=database.transferred)
     vm = relax.VirtualMachine(executable, device)

@@ -33,7 +33,7 @@ from torch import nn
 from tvm import relax
 
 from . import databases, peers, timing
-from .build import CompiledModel, device_for, load_executable, transform_params
+from .build import CompiledModel, compile_model, device_for, load_executable, transform_params
 from .errors import CourseError, InputShapeError
 from .machine import cpu_target
 from .models import ImportedModel, to_relax, torch_logs_held
@@ -259,7 +259,7 @@ def compile_symbolic(imported: ImportedModel, target: tvm.target.Target | None =
     """One ``tvm.compile`` of a symbolic-length prefill, for every length it was exported for."""
     target = target or cpu_target()
     (_, bounds), = length_bounds(imported.mod).items()
-    compiled = load_executable(tvm.compile(imported.mod, target=target), imported, target)
+    compiled = compile_model(imported, target)
     return SymbolicLengthModel(**vars(compiled), bounds=bounds)
 
 
@@ -313,7 +313,7 @@ def compile_decoder(imported: ImportedModel, target: tvm.target.Target | None = 
     device_for(target)
     if database is not None:
         return Decoder(database.compile(imported, target))
-    return Decoder(load_executable(tvm.compile(imported.mod, target=target), imported, target))
+    return Decoder(compile_model(imported, target))
 
 
 # ------------------------------------------------------------------ timing

@@ -123,6 +123,29 @@ def test_in_the_suite_a_torch_model_is_imported_once_per_weights_and_shape(suite
 
 
 
+def test_in_the_suite_an_untuned_build_is_compiled_once_per_module_and_its_executable_on_demand(
+        suite_cache, monkeypatch, tiny_imported, tiny_model, tiny_input, tmp_path):
+    compiles = _counting(monkeypatch, tvm, "compile")
+    first, second = (build.compile_model(tiny_imported) for _ in range(2))
+    assert len(compiles) == 1, "the second build is loaded from the cache"
+    assert second.library is not None and second.library.is_file()
+    build.check_parity(second, tiny_model, tiny_input)
+    # what Day 4 and Day 6 do with an executable: read its LLVM code, export it (compiled again for that)
+    assert "define" in second.executable.mod.imports[0].inspect_source("ll")
+    second.executable.export_library(str(tmp_path / "again.so"))
+    assert len(compiles) == 2 and (tmp_path / "again.so").stat().st_size > 0
+    other = models.ImportedModel(mod=relax.transform.DecomposeOpsForInference()(tiny_imported.mod),
+                                 params=tiny_imported.params, input_shape=tiny_imported.input_shape,
+                                 input_dtype=tiny_imported.input_dtype)
+    build.compile_model(other)
+    assert len(compiles) == 3, "another module is another build"
+    build.compile_model(tiny_imported, pipeline=relax.get_pipeline("default"))  # a pipeline given as passes: never kept
+    monkeypatch.delenv(config.QUICK_ENV)
+    fresh = build.compile_model(tiny_imported)
+    assert len(compiles) == 5 and fresh.library is None, "a learner's build (not quick mode) is always compiled"
+    assert isinstance(fresh.executable, tvm.runtime.Executable)
+
+
 def test_kernels_prepared_for_tuning_are_kept_per_module_and_read_back_alike(tmp_path, monkeypatch, tiny_imported):
     from helpers import nchwc, tuning
 
