@@ -139,7 +139,8 @@ def to_numpy(value) -> np.ndarray:
 class CompiledModel:
     """A built module on its device, callable like the PyTorch model it came from."""
 
-    executable: tvm.runtime.Executable | tvm.runtime.Module  # a Module when loaded from the compile cache
+    # a Module when a tuned build is loaded from the compile cache; compiled on demand for a cached untuned one
+    executable: tvm.runtime.Executable | tvm.runtime.Module
     vm: relax.VirtualMachine
     device: tvm.runtime.Device
     params: list
