@@ -47,7 +47,7 @@ from tvm import relax
 from tvm.relax.dpl import ExternFuncPattern, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from . import ir, nchwc
-from .build import CompiledModel, load_executable, transform_params
+from .build import CompiledModel, build_runnable, load_executable, transform_params
 from .errors import CourseError
 from .machine import cpu_target
 from .models import ImportedModel
@@ -529,7 +529,10 @@ def compile_dispatched(imported: ImportedModel, target: tvm.target.Target | None
     if database is not None:  # the kernels left in TVM stay NCHW, whatever layout the database was tuned in
         return database.compile(offloaded, target, layout=nchwc.PLAIN)
     lifted = relax.transform.LiftTransformParams()(offloaded.mod)
-    return transform_params(load_executable(tvm.compile(lifted, target=target, relax_pipeline="default"), offloaded, target))
+    runnable, executable, library = build_runnable(lifted, target)
+    compiled = load_executable(runnable, offloaded, target)
+    compiled.executable, compiled.library = executable, library
+    return transform_params(compiled)
 
 
 # ------------------------------------------------------------------ operators of your own

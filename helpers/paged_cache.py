@@ -242,8 +242,8 @@ def compile_paged(model: TinyGPT, target: tvm.target.Target | None = None,
     device = device_for(target)
     mod, weights = paged_module(model, target, block)
     if database is None:
-        executable, _, _ = build_runnable(mod, target)
+        runnable, _, _ = build_runnable(mod, target)
     else:
-        executable = tuning.build_tuned(mod, target, database.path, prepack=False, transfer=database.transferred)
-    vm = relax.VirtualMachine(executable, device)
+        runnable = tuning.build_tuned(mod, target, database.path, prepack=False, transfer=database.transferred)
+    vm = relax.VirtualMachine(runnable, device)
     return PagedDecoder(vm, [tvm.runtime.tensor(w, device) for w in weights], device, model.config)

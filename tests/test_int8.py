@@ -96,7 +96,7 @@ def test_metaschedule_tunes_around_the_intrinsic(tmp_path):
     with tuning.quiet_metaschedule():  # also closes the log handlers an earlier tuning run left behind
         database = ms.tir_integration.tune_tir(
             mod=mod, target=TARGET, work_dir=str(tmp_path), max_trials_global=8, num_trials_per_iter=8,
-            space=int8.vnni_space(), builder=tuning.InProcessBuilder(), runner=ms.runner.LocalRunner(),
+            space=int8.vnni_space(), builder=tuning.InProcessBuilder(), runner=tuning.search.local_runner(),
         )
     sch = ms.tir_integration.compile_tir(database, mod, TARGET)
     assert sch is not None, "no candidate was built and measured"
