@@ -26,9 +26,9 @@ notebooks and checks this table), and what each owns:
     timing          2, 4-5, 7-14                  one timing method for every backend, its records and tables, runners, busy cores
     config          4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
     dynamic         4                             one build for every batch size
-    peers           4, 8, 11, 13-14               the engines tuned TVM is held against, checked against eager; the tables' labels
+    peers           4, 8, 11-14                   the engines tuned TVM is held against, checked against eager; the tables' labels
     plotting        4-5, 7-9, 11-14               every plot, titled and labelled
-    profiling       5, 8, 13                      per-kernel times from the VM's instrument hook
+    profiling       5, 8, 12, 13                  per-kernel times from the VM's instrument hook
     export          6, 12-14                      a deployable artefact, run in a fresh process
     kernels         7-8, 13-14                    one TensorIR kernel in NCHW and NCHWc, GFLOP/s against the peak, TVM's thread pool
     nchwc           7                             a whole model's convolutions in channel blocks, Day 7's schedule as a search space
@@ -43,6 +43,7 @@ notebooks and checks this table), and what each owns:
     int8            12                            int8 dot products on VNNI and AVX2, with tensor intrinsics that work here
     quantize        12                            post-training int8 quantization of pointwise convolutions
     bf16            12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here
+    bf16_model      12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
     dispatch        7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
     errors          14                            the errors the course raises on bad input
     transformer     14                            a small GPT: symbolic length, buckets, decoding with a KV cache

@@ -78,7 +78,35 @@ def answer(results: Path = REPO / "results") -> str:
                   f"default, and there it runs {1 / max(r for r, *_ in lower):.2f}x to {1 / min(r for r, *_ in lower):.2f}x "
                   f"as fast as tuned TVM in float32, its outputs {min(e for _, e, *_ in lower):.0e} to "
                   f"{max(e for _, e, *_ in lower):.0e} away from float32's (relative error)."]
+        lines[-1] += tvm_bf16_sentence(tables, results)
     return "\n".join(lines)
+
+
+def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
+    """Where TVM's own bf16 builds (``results/bf16-model-*``, ``helpers.bf16_model``) stand against OpenVINO's
+    bf16 and TVM's float32 on the machines of ``tables``, as a sentence; empty where none was measured."""
+    from .. import peers  # (TVM and torch, as in answer)
+    from ..maintainers import bf16_model_table as bf16_table  # (the same)
+
+    against_openvino, against_float, names, where = [], [], [], []
+    for table in tables:
+        path = results / f"bf16-model-{table['machine']['cpu']}-{table['machine']['cores']}cores.json"
+        if not path.is_file():
+            continue
+        where.append(machine_name(table["machine"]))
+        for model in json.loads(path.read_text())["models"]:
+            ms = {r["backend"]: r["median_ms"] for r in model["rows"]}
+            openvino = next((b for b in ms if b.startswith(peers.OPENVINO + peers.DEFAULT_PRECISION)), None)
+            names.append(MODELS.get(model["model"], model["model"]))
+            against_float.append(ms[bf16_table.TVM_FP32] / ms[bf16_table.TVM_BF16])
+            if openvino:
+                against_openvino.append(ms[openvino] / ms[bf16_table.TVM_BF16])
+    if not against_float:
+        return ""
+    span = lambda values: f"{min(values):.2f}x to {max(values):.2f}x" if len(values) > 1 else f"{values[0]:.2f}x"  # noqa: E731
+    return (f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}, its convolutions on `vdpbf16ps`) runs "
+            f"{span(against_float)} as fast as TVM in float32 on the {' and the '.join(where)}"
+            + (f", and {span(against_openvino)} the speed of OpenVINO's bf16." if against_openvino else "."))
 
 
 def opening(day: str, course: Path = REPO) -> tuple[str, str]:

@@ -13,7 +13,8 @@ docs/maintainers.md):
 * ``int8`` (Day 12, ``int8_table``) and ``transformer`` (Day 14, ``transformer_table``); ``transformer-large``
   decodes with a transformer of GPT-2 small's sizes, in tokens per second and against its memory floor
   (``transformer_large``).
-* ``bf16``: matrix products in bf16 on ``vdpbf16ps`` and in float32, tuned, against PyTorch's (``bf16_kernels``).
+* ``bf16``: matrix products in bf16 on ``vdpbf16ps`` and in float32, tuned, against PyTorch's (``bf16_kernels``);
+  ``bf16-model``: models with bf16 convolutions against OpenVINO's and PyTorch's bf16 (``bf16_model_table``).
 * ``dispatch-run`` is ``table``'s own: tuned TVM with its convolutions on oneDNN, in a process of its own.
 """
 
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from .. import machine, models, peers
 from ..zoo import ZOO
-from . import bf16_kernels, int8_table, layers, stages, table, transformer_large, transformer_table
+from . import bf16_kernels, bf16_model_table, int8_table, layers, stages, table, transformer_large, transformer_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     bf16_cmd.add_argument("--trials", type=int, default=64)
     bf16_cmd.add_argument("--repeats", type=int, default=30)
     bf16_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    bf16_model_cmd = sub.add_parser("bf16-model", help="models with bf16 convolutions against OpenVINO's and PyTorch's bf16")
+    bf16_model_cmd.add_argument("models", nargs="*", default=list(bf16_model_table.MODELS))
+    bf16_model_cmd.add_argument("--repeats", type=int, default=30)
+    bf16_model_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     dispatch_cmd = sub.add_parser("dispatch-run", help="eager against tuned TVM + oneDNN convs, as JSON (run by table)")
     dispatch_cmd.add_argument("model", choices=models.available_models())
     dispatch_cmd.add_argument("--batch", type=int, default=1)
@@ -105,6 +110,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         transformer_large.run_large(args.repeats, save=not args.no_save)
     elif args.command == "bf16":
         bf16_kernels.run_bf16(args.trials, args.repeats, save=not args.no_save)
+    elif args.command == "bf16-model":
+        bf16_model_table.run_bf16_model(args.models, args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":
         print(json.dumps(table.dispatch_run(args.model, args.batch, args.repeats, args.mcpu)))
     else:

@@ -1,6 +1,7 @@
 """Tuning the databases the course ships for Days 12 and 14 into ``tuning/``, kept to the best record per kernel.
 
     python -m helpers.maintainers.shipping int8 16 [--mcpu haswell]   # Day 12's int8 MobileNetV2, per int8 instruction
+    python -m helpers.maintainers.shipping bf16 16 [--model resnet50] # a model with its convolutions in bf16
     python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
     python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
     python -m helpers.maintainers.shipping paged --trials 32          # those of its decoding step over the paged cache
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import tvm
 
-from .. import databases, machine, paged_cache, quantize, transformer, tuning
+from .. import bf16, bf16_model, databases, machine, models, paged_cache, quantize, transformer, tuning
 from ..machine import cpu_target
 from ..models import ImportedModel
 from . import transformer_large
@@ -33,6 +34,20 @@ def tune_int8(trials_per_task: int, target: tvm.target.Target | None = None) -> 
     tuning.tune(quantized.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=quantize.space_for(target))
     kept = tuning.prune_database(work_dir)
     print(f"{work_dir}: {kept} records kept (the best per kernel)")
+    return work_dir
+
+
+def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None = None) -> Path:
+    """Tune ``model`` with its convolutions in bf16 (``bf16_model``) for ``target`` (default: this CPU, which must
+    have AVX-512 BF16) into the shipped databases, the bf16 products in ``bf16.bf16_space``."""
+    target = target or cpu_target()
+    if not bf16.has_bf16(target):
+        raise SystemExit(f"{target.attrs.get('mcpu', target)} has no AVX-512 BF16: its bf16 kernels could not run here.")
+    float_model, _ = quantize.float_model(model)
+    half = bf16_model.import_bf16(float_model, models.example_input())
+    work_dir = databases.database_dir(bf16_model.database_name(model), target)
+    tuning.tune(half.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=bf16_model.space_for)
+    print(f"{work_dir}: {tuning.prune_database(work_dir)} records kept (the best per kernel)")
     return work_dir
 
 
@@ -89,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     int8 = sub.add_parser("int8", help="tune the int8 MobileNetV2 for this CPU into tuning/ (Day 12)")
     int8.add_argument("trials", type=int, help="trials per kernel")
     int8.add_argument("--mcpu", default=None, help="tune for a CPU class this one can run (e.g. haswell: AVX2)")
+    half = sub.add_parser("bf16", help="tune a model with its convolutions in bf16 for this CPU into tuning/")
+    half.add_argument("trials", type=int, help="trials per kernel")
+    half.add_argument("--model", default=quantize.MODEL, help="a model of models.available_models()")
     prefill = sub.add_parser("prefill", help="tune a TinyGPT prefill bucket into tuning/ (Day 14)")
     prefill.add_argument("--length", type=int, default=transformer.BUCKET, help="the prefill bucket's length")
     prefill.add_argument("--trials", type=int, default=32, help="trials per task")
@@ -102,6 +120,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "int8":
         tune_int8(args.trials, machine.target_for(args.mcpu))
+    elif args.command == "bf16":
+        tune_bf16(args.model, args.trials)
     elif args.command == "prefill":
         print("tuned into", tune_bucket(args.length, args.trials))
     elif args.command == "large-prefill":

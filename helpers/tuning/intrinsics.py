@@ -3,8 +3,8 @@
 Importing ``tvm.s_tir.tensor_intrin`` at all (MetaSchedule's ``TuneContext`` does it) is slow because
 TVMScript's parser calls ``inspect.stack()`` for every kernel it parses, and ``inspect`` rescans
 ``sys.modules`` for every stack frame that is not a module file. With torch imported that takes 40 s or
-more; the import here memoises that lookup and takes a few seconds. The course's own int8 intrinsics
-(Day 12, ``helpers.int8``) are registered beside TVM's.
+more; the import here memoises that lookup and takes a few seconds. The course's own int8 and bf16
+intrinsics (Day 12, ``helpers.int8`` and ``helpers.bf16``) are registered beside TVM's.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..bf16 import BF16_INTRIN, register_bf16_intrinsic
 from ..int8 import AVX2_INTRIN, VNNI_INTRIN, register_avx2_intrinsic, register_vnni_intrinsic
 
 
@@ -61,12 +62,13 @@ _TENSORIZE = re.compile(r'\["Tensorize",\[[^\]]*\],\["([^"]+)"')
 def import_tensor_intrinsics(records: Path | None = None) -> None:
     """The tensor intrinsics that tuning, or replaying ``records``, needs registered.
 
-    The course's own int8 intrinsics (Day 12, ``helpers.int8``: VNNI and AVX2) always; TVM's own set
+    The course's own intrinsics (Day 12: ``helpers.int8``'s VNNI and AVX2, ``helpers.bf16``'s) always; TVM's own set
     for tuning, and for a records file only when it names one of them: importing
     TVM's set costs 5 to 10 s per process (the float32 databases name none).
     """
     named = None if records is None else set(_TENSORIZE.findall(Path(records).read_text()))
-    if named is None or named - {VNNI_INTRIN, AVX2_INTRIN}:
+    if named is None or named - {VNNI_INTRIN, AVX2_INTRIN, BF16_INTRIN}:
         import_tvm_tensor_intrinsics()
     register_vnni_intrinsic()
     register_avx2_intrinsic()
+    register_bf16_intrinsic()

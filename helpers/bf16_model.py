@@ -1,0 +1,206 @@
+"""A model's convolutions in bfloat16 on ``vdpbf16ps`` (``helpers.bf16``), in Relax.
+
+The same kind of rewrite as Day 12's int8 (``quantize``), without calibration: bfloat16 keeps float32's
+exponent, so a value needs no scale, only rounding to 8 bits of mantissa. The model runs channels
+last (``quantize.to_nhwc``); each convolution without groups becomes
+
+    round to bfloat16 bits (uint16) -> products on vdpbf16ps, float32 sums -> float32
+
+with its weight rounded once and packed in 16x2 tiles (``bf16.pack_weight``, ``pack_conv_weight``). The
+rounding is an element-wise kernel, so fusion puts it at the end of the kernel that wrote the activation:
+the activation crosses memory as bits. Depthwise convolutions read bits and compute in float32 (there is
+no sum over channels for the instruction to work on); the classifier and the element-wise operations
+(the residual additions among them) stay float32.
+
+Introduced on Day 12.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax, te
+
+from . import bf16, models, quantize
+from .errors import CourseError
+from .models import ImportedModel
+
+
+
+def database_name(model: str) -> str:
+    """The name the bf16 build of ``model`` has in ``databases`` (shipped: ``tuning/<name>-b1-<cpu>-<cores>cores``)."""
+    return f"{model}_bf16"
+
+
+def round_to_bits(x: te.Tensor) -> te.Tensor:
+    """float32 ``x`` as the bits of the nearest bfloat16 (round to nearest even), in ``uint16``.
+
+    A float32's top 16 bits are a bfloat16 that rounds towards zero; adding ``0x7FFF`` plus the lowest kept
+    bit before dropping the bottom 16 rounds to nearest, ties to even, as ``bf16.to_bits`` does (NaN aside)."""
+    def rounded(*index):
+        bits = tvm.tirx.reinterpret("uint32", x[index])
+        keep = (bits >> tvm.tirx.const(16, "uint32")) & tvm.tirx.const(1, "uint32")
+        return ((bits + tvm.tirx.const(0x7FFF, "uint32") + keep) >> tvm.tirx.const(16, "uint32")).astype("uint16")
+
+    return te.compute(x.shape, rounded, name="to_bf16")
+
+
+def pointwise_bf16_compute(A: te.Tensor, W: te.Tensor) -> te.Tensor:
+    """``C[..., n] = sum_k A[..., k] * W[n, k]`` in float32 from bfloat16 bits: ``A`` an NHWC activation
+    (``uint16``), ``W`` packed ``[n/16, k/2, 16, 2]`` (``bf16.pack_weight``)."""
+    *rows, k = (int(d) for d in A.shape)
+    n = int(W.shape[0]) * bf16.LANES
+    r = te.reduce_axis((0, k), name="k")
+
+    def dot(*index):
+        *row, j = index
+        return te.sum(bf16.widen(A[(*row, r)]) * bf16.widen(W[j // bf16.LANES, r // bf16.PAIR, j % bf16.LANES, r % bf16.PAIR]),
+                      axis=r)
+
+    return te.compute((*rows, n), dot, name="C")
+
+
+def pack_conv_weight(weight: np.ndarray) -> np.ndarray:
+    """A float32 OHWI ``[O, kh, kw, C]`` convolution weight as bfloat16 bits packed ``[O/16, kh, kw, C/2, 16, 2]``
+    (``O`` and ``C`` padded with zeros to multiples of 16 and 2): each 16x2 tile 64 contiguous bytes, as
+    ``bf16.pack_weight`` lays out a matrix."""
+    o, kh, kw, c = weight.shape
+    o_pad, c_pad = -(-o // bf16.LANES) * bf16.LANES, -(-c // bf16.PAIR) * bf16.PAIR
+    bits = np.zeros((o_pad, kh, kw, c_pad), np.uint16)
+    bits[:o, :, :, :c] = bf16.to_bits(weight)
+    tiles = bits.reshape(o_pad // bf16.LANES, bf16.LANES, kh, kw, c_pad // bf16.PAIR, bf16.PAIR)
+    return np.ascontiguousarray(tiles.transpose(0, 2, 3, 4, 1, 5))
+
+
+def _pad_bits(X: te.Tensor, padding: tuple[int, int, int, int], channels: int) -> te.Tensor:
+    """``X`` (bits, NHWC) with zeros around its rows and columns (``padding``: top, left, bottom, right) and
+    after its channels up to ``channels``: zero bits are 0.0."""
+    n, h, w, c = (int(d) for d in X.shape)
+    top, left, bottom, right = padding
+    return te.compute((n, h + top + bottom, w + left + right, channels), lambda b, i, j, k: tvm.tirx.if_then_else(
+        tvm.tirx.all(i >= top, i < h + top, j >= left, j < w + left, k < c), X[b, i - top, j - left, k],
+        tvm.tirx.const(0, "uint16")), name="pad_bits")
+
+
+def conv_bf16_compute(X: te.Tensor, W: te.Tensor, strides: tuple[int, int], padding: tuple[int, int, int, int]) -> te.Tensor:
+    """A convolution (no groups) in float32 sums from bfloat16 bits: ``X`` NHWC (``uint16``), ``W`` packed
+    ``[O/16, kh, kw, C/2, 16, 2]`` (``pack_conv_weight``). Pairs of input channels meet 16 output channels,
+    the intrinsic's shape, at every tap of the kernel."""
+    kh, kw, pairs = (int(d) for d in W.shape[1:4])
+    padded = _pad_bits(X, padding, pairs * bf16.PAIR)
+    out_h, out_w = (int(padded.shape[1]) - kh) // strides[0] + 1, (int(padded.shape[2]) - kw) // strides[1] + 1
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    rc = te.reduce_axis((0, pairs * bf16.PAIR), name="rc")
+    return te.compute((int(X.shape[0]), out_h, out_w, int(W.shape[0]) * bf16.LANES), lambda b, i, j, o: te.sum(
+        bf16.widen(padded[b, i * strides[0] + ry, j * strides[1] + rx, rc])
+        * bf16.widen(W[o // bf16.LANES, ry, rx, rc // bf16.PAIR, o % bf16.LANES, rc % bf16.PAIR]), axis=[ry, rx, rc]),
+        name="C")
+
+
+def depthwise_from_bits_compute(X: te.Tensor, W: te.Tensor, strides: tuple[int, int],
+                                padding: tuple[int, int, int, int]) -> te.Tensor:
+    """A depthwise NHWC convolution in float32 of an activation stored as bfloat16 bits (``uint16``): each input
+    read once at half float32's size, widened exactly; ``W`` float32 ``[C, kh, kw, 1]`` (OHWI)."""
+    n, h, w, c = (int(d) for d in X.shape)
+    kh, kw = int(W.shape[1]), int(W.shape[2])
+    top, left, bottom, right = padding
+    padded = te.compute((n, h + top + bottom, w + left + right, c), lambda b, i, j, k: tvm.tirx.if_then_else(
+        tvm.tirx.all(i >= top, i < h + top, j >= left, j < w + left), X[b, i - top, j - left, k],
+        tvm.tirx.const(0, "uint16")), name="pad_bits")
+    out_h, out_w = (h + top + bottom - kh) // strides[0] + 1, (w + left + right - kw) // strides[1] + 1
+    ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
+    return te.compute((n, out_h, out_w, c), lambda b, i, j, k: te.sum(
+        bf16.widen(padded[b, i * strides[0] + ry, j * strides[1] + rx, k]) * W[k, ry, rx, 0], axis=[ry, rx]),
+        name="depthwise")
+
+
+@relax.expr_functor.mutator
+class _ConvsToBf16(relax.PyExprMutator):
+    """Replaces each float32 NHWC conv2d without groups and with a constant weight by its bf16 version (1x1 ones
+    only unless ``all_convs``), and (``depthwise``) each depthwise one by a version that reads its input as bits."""
+
+    def __init__(self, mod: tvm.IRModule, depthwise: bool, all_convs: bool):
+        super().__init__(mod)
+        self.depthwise, self.all_convs = depthwise, all_convs
+        self.rewritten = 0
+
+    def _depthwise(self, x: relax.Expr, weight: np.ndarray, a) -> relax.Expr:
+        bits = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        return self.builder_.emit_te(depthwise_from_bits_compute, bits, relax.const(weight, "float32"),
+                                     tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
+                                     primfunc_name_hint="depthwise_from_bits")
+
+    def visit_call_(self, call: relax.Call) -> relax.Expr:
+        call = self.visit_expr_post_order(call)
+        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+            return call
+        x, w = call.args
+        a = call.attrs
+        if not isinstance(w, tvm.ir.expr.Constant) or (a.data_layout, a.kernel_layout, a.out_layout) != ("NHWC", "OHWI", "NHWC"):
+            return call
+        weight = w.value.numpy()
+        channels = int(x.ty.shape[3])
+        if self.depthwise and int(a.groups) == channels == weight.shape[0] and weight.shape[3] == 1 \
+                and [int(d) for d in a.dilation] == [1, 1] and weight.dtype == np.float32:
+            return self._depthwise(x, weight, a)
+        if int(a.groups) != 1 or [int(d) for d in a.dilation] != [1, 1] or weight.dtype != np.float32:
+            return call
+        n = weight.shape[0]
+        bits = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        if weight.shape[1:3] == (1, 1) and [int(s) for s in a.strides] == [1, 1] and not any(int(p) for p in a.padding) \
+                and weight.shape[3] % bf16.PAIR == 0:
+            n_pad = -(-n // bf16.LANES) * bf16.LANES
+            packed = bf16.pack_weight(quantize._pad_rows(bf16.to_bits(weight[:, 0, 0, :]), n_pad))
+            y = self.builder_.emit_te(pointwise_bf16_compute, bits, relax.const(packed, "uint16"),
+                                      primfunc_name_hint="bf16_conv1x1")
+        elif self.all_convs:
+            packed = pack_conv_weight(weight)
+            y = self.builder_.emit_te(conv_bf16_compute, bits, relax.const(packed, "uint16"),
+                                      tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
+                                      primfunc_name_hint="bf16_conv")
+        else:
+            return call
+        self.rewritten += 1
+        if int(y.ty.shape[3]) != n:
+            y = self.builder_.emit(relax.op.strided_slice(y, axes=[3], begin=[0], end=[n]))
+        return y
+
+
+def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all_convs: bool = True) -> ImportedModel:
+    """``imported`` channels last with every pointwise convolution in bfloat16 (weights bound as constants:
+    the result takes the input only). With ``depthwise_from_bits`` each depthwise convolution reads its input
+    rounded to bfloat16 bits too, so that the rounding joins the kernel that wrote it (an expansion's, or the
+    stem's) and the largest activations cross memory at half their size; it still computes in float32. With
+    ``all_convs`` every other convolution without groups (MobileNetV2's stem, ResNet's 3x3 and strided ones)
+    runs in bfloat16 too (``conv_bf16_compute``)."""
+    mod = quantize.to_nhwc(quantize.bind_weights(imported))
+    rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs)
+    main = rewriter.visit_expr(mod["main"])
+    out = rewriter.builder_.get()
+    out["main"] = main
+    if not rewriter.rewritten:
+        raise CourseError("This model has no convolution to run in bfloat16: none without groups (with all_convs=False, "
+                          "none 1x1 with stride 1).")
+    out = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(out)))
+    return ImportedModel(mod=out, params=[], input_shape=imported.input_shape, input_dtype=imported.input_dtype)
+
+
+def import_bf16(model: torch.nn.Module, example: torch.Tensor) -> ImportedModel:
+    """``model`` imported for ``example`` with its BatchNorms folded into the convolutions
+    (``quantize.fold_batch_norms``: the weights rounded to bfloat16 must hold them) and its convolutions
+    in bfloat16 (``convs_to_bf16``)."""
+    return convs_to_bf16(models.import_to_relax(quantize.fold_batch_norms(model), example))
+
+
+def is_bf16_kernel(task) -> bool:
+    """True for a kernel that multiplies by a packed bfloat16 weight (``[N/16, K/2, 16, 2]`` bits; a task of
+    ``tuning.tune``): what ``bf16.bf16_space`` tiles. (A rounding or a depthwise convolution on bits has none.)"""
+    func = task.dispatched[0]["main"]
+    return any(str(p.ty.dtype) == "uint16" and [int(d) for d in p.ty.shape[-2:]] == [bf16.LANES, bf16.PAIR]
+               for p in func.params if hasattr(p.ty, "shape") and len(p.ty.shape) in (4, 6))
+
+
+def space_for(task):
+    """``tuning.tune``'s ``space_for``: ``bf16.bf16_space`` for the bf16 products, the default space for the rest."""
+    return bf16.bf16_space() if is_bf16_kernel(task) else "post-order-apply"

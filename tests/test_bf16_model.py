@@ -1,0 +1,157 @@
+"""A model's convolutions in bfloat16 (helpers.bf16_model): real builds of a small model, tuned around
+vdpbf16ps where the CPU has it."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import tvm
+
+from helpers import bf16, bf16_model, build, databases, export, ir, machine, models, quantize, tuning
+from helpers.errors import CourseError
+
+from test_quantize import Pointwise
+
+TARGET = machine.cpu_target()
+needs_bf16 = pytest.mark.skipif(not bf16.has_bf16(TARGET), reason=f"{machine.cpu_name()} has no AVX-512 BF16")
+
+
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    model = quantize.with_batchnorm_statistics(Pointwise().eval(), inputs)
+    x = torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(9))
+    return model, bf16_model.import_bf16(model, x), x
+
+
+def test_rounding_in_tir_is_numpys_round_to_nearest_even_bit_for_bit():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(size=4000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 4000),
+                        np.array([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8), 0.0, -0.0, 3.0e38], np.float32)]
+                       ).astype(np.float32)
+    from tvm import te
+
+    A = te.placeholder(x.shape, "float32", name="A")
+    lib = tvm.compile(te.create_prim_func([A, bf16_model.round_to_bits(A)]), target=TARGET)
+    out = tvm.runtime.tensor(np.zeros(x.shape, np.uint16))
+    lib(tvm.runtime.tensor(x), out)
+    np.testing.assert_array_equal(out.numpy(), x.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+@pytest.mark.parametrize("depthwise, all_convs", [(True, True), (False, False)])
+def test_every_convolution_runs_in_bf16_and_the_model_stays_close_to_float32(small, depthwise, all_convs):
+    model, _, x = small
+    half = bf16_model.convs_to_bf16(models.import_to_relax(quantize.fold_batch_norms(model), x), depthwise, all_convs)
+    ops = ir.op_histogram(half.mod)
+    # each convolution without groups a rounding and a bf16 product (three pointwise and the stem, or the pointwise
+    # ones only); the depthwise one a rounding and a convolution of bits, or left to Relax
+    assert (ops["nn.conv2d"], ops["call_tir"]) == ((0, 10) if all_convs else (2, 6))
+    assert half.params == []
+    with torch.no_grad():
+        want = model(x).numpy()
+    error = build.relative_error(build.compile_model(half)(x), want)
+    assert 1e-5 < error < 2e-2, f"bf16 is {error:.3g} away from float32"  # rounded (not float32), and close
+
+
+def test_a_strided_padded_convolution_of_bits_is_pytorchs_on_the_rounded_values():
+    from tvm import te
+
+    rng = np.random.default_rng(4)
+    x, w = rng.normal(size=(1, 11, 9, 3)).astype(np.float32), rng.normal(size=(20, 3, 3, 3)).astype(np.float32)
+    X, W = te.placeholder(x.shape, "uint16", name="X"), te.placeholder((2, 3, 3, 2, 16, 2), "uint16", name="W")
+    out = bf16_model.conv_bf16_compute(X, W, (2, 2), (1, 1, 0, 1))
+    lib = tvm.compile(te.create_prim_func([X, W, out]), target=TARGET)
+    got = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], np.float32))
+    lib(tvm.runtime.tensor(bf16.to_bits(x)), tvm.runtime.tensor(bf16_model.pack_conv_weight(w)), got)
+    rounded = lambda a: torch.from_numpy(bf16.from_bits(bf16.to_bits(a)))  # noqa: E731
+    want = torch.nn.functional.conv2d(torch.nn.functional.pad(rounded(x).permute(0, 3, 1, 2), (1, 1, 1, 0)),
+                                      rounded(w).permute(0, 3, 1, 2), stride=2).permute(0, 2, 3, 1).numpy()
+    assert got.shape == (1, 5, 5, 32)  # 20 output channels padded to 32
+    np.testing.assert_allclose(got.numpy()[..., :20], want, rtol=1e-5, atol=1e-5)
+    assert not got.numpy()[..., 20:].any()
+
+
+@pytest.mark.parametrize("strides, padding", [((1, 1), (1, 1, 1, 1)), ((2, 2), (0, 1, 2, 1))])
+def test_a_depthwise_convolution_of_bits_is_pytorchs_on_the_rounded_input(strides, padding):
+    from tvm import te
+
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(1, 9, 7, 16)).astype(np.float32), rng.normal(size=(16, 3, 3, 1)).astype(np.float32)
+    X, W = te.placeholder(x.shape, "uint16", name="X"), te.placeholder(w.shape, "float32", name="W")
+    out = bf16_model.depthwise_from_bits_compute(X, W, strides, padding)
+    lib = tvm.compile(te.create_prim_func([X, W, out]), target=TARGET)
+    got = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], np.float32))
+    lib(tvm.runtime.tensor(bf16.to_bits(x)), tvm.runtime.tensor(w), got)
+    top, left, bottom, right = padding
+    rounded = torch.from_numpy(bf16.from_bits(bf16.to_bits(x))).permute(0, 3, 1, 2)
+    want = torch.nn.functional.conv2d(torch.nn.functional.pad(rounded, (left, right, top, bottom)),
+                                      torch.from_numpy(w).permute(0, 3, 1, 2), stride=strides, groups=16)
+    np.testing.assert_allclose(got.numpy(), want.permute(0, 2, 3, 1).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_with_nothing_to_rewrite_is_refused():
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
+    x = torch.randn(1, 3, 8, 8)
+    with pytest.raises(CourseError, match="no convolution to run in bfloat16"):
+        bf16_model.convs_to_bf16(models.import_to_relax(model, x), all_convs=False)
+
+
+def test_only_the_bf16_products_get_the_bf16_space(small):
+    _, half, _ = small
+    tasks = tuning.extract_tasks(build.fuse(half.mod, TARGET), TARGET)
+    chosen = {t.task_name: bf16_model.is_bf16_kernel(t) for t in tasks}
+    assert sum(chosen.values()) == 4, chosen  # three pointwise convolutions and the stem
+    assert all(("bf16_conv" in name) == is_product for name, is_product in chosen.items()), chosen
+
+
+@needs_bf16
+def test_tuning_puts_vdpbf16ps_into_the_products_and_keeps_the_numbers(small, tmp_path):
+    _, half, x = small
+    untuned = build.compile_model(half)(x)
+    tuning.tune(half.mod, TARGET, tmp_path / "db", max_trials_per_task=2, progress=False, space_for=bf16_model.space_for)
+    executable = tuning.build_tuned(half.mod, TARGET, tmp_path / "db")
+    db = tuning.load_database(tmp_path / "db")
+    for task in tuning.extract_tasks(build.fuse(half.mod, TARGET), TARGET):
+        if bf16_model.is_bf16_kernel(task):  # every product, the stem's included, on the instruction
+            best = db.get_top_k(db.commit_workload(task.dispatched[0]), 1)
+            assert best and bf16.BF16_INTRIN in str(best[0].trace), task.task_name
+    executable.export_library(str(tmp_path / "bf16.so"))
+    assert export.instruction_counts(tmp_path / "bf16.so", ["vdpbf16ps"])["vdpbf16ps"] > 0
+    tuned = build.load_executable(executable, half, TARGET)(x)
+    assert build.relative_error(tuned, untuned) < 1e-5  # the same products, summed in another order
+
+
+@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50"])
+def test_the_shipped_bf16_databases_cover_every_kernel_of_their_model(model):
+    """make benchmark's bf16 table and Day 12 build with them: a change to the rewrite must come with new databases."""
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
+    float_model, _ = quantize.float_model(model)
+    half = bf16_model.import_bf16(float_model, models.example_input())
+    tasks = tuning.extract_tasks(build.fuse(half.mod, target), target)
+    name = bf16_model.database_name(model)
+    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{name}-b1-*cores"))
+    assert shipped, f"no {name} database ships in tuning/: python -m helpers.maintainers.shipping bf16 16 --model {model}"
+    for path in shipped:
+        db = tuning.load_database(path)
+        missing = [t.task_name for t in tasks if not db.has_workload(t.dispatched[0])]
+        assert not missing, f"{path.name} has no record for {missing[:4]} ({len(missing)} of {len(tasks)})"
+
+
+def test_the_bf16_table_names_each_engines_precision_and_the_fastest_engine_per_precision():
+    from helpers import peers
+    from helpers.maintainers import bf16_model_table as table
+
+    def row(backend, median):
+        return dict(backend=backend, median_ms=median, q1_ms=median * 0.95, q3_ms=median * 1.05, speedup=20 / median, top1=1.0)
+
+    openvino_bf16 = f"{peers.OPENVINO}{peers.DEFAULT_PRECISION}bf16"
+    result = {"model": "mobilenet_v2", "held_out_images": 4, "missing": {}, "databases": {"bf16": "a", "fp32": "b"},
+              "precision": {**table.PRECISION, openvino_bf16: "bf16"},
+              "accuracy": {table.TVM_BF16: {"top1": 1.0, "error": 3e-3}},
+              "rows": [row(peers.EAGER, 20.0), row(peers.OPENVINO, 6.0), row(table.TVM_FP32, 5.0),
+                       row(table.FROZEN_BF16, 7.0), row(table.TVM_BF16, 4.0), row(openvino_bf16, 3.0)]}
+    text = table.format_bf16_models({"models": [result]}, "a test machine")
+    assert f"| {openvino_bf16} | bf16 | 3.00 (0.30) |" in text and f"| {table.TVM_FP32} | f32 | 5.00 (0.50) |" in text
+    assert "Fastest float32 engine: TVM tuned (5.00 ms). Fastest bf16 engine: OpenVINO, default: bf16 (3.00 ms)." in text
+    assert f"runs at 0.75x the fastest other bf16 engine ({openvino_bf16}) and 1.25x TVM's float32 build" in text
