@@ -73,14 +73,18 @@ def pack_conv_weight(weight: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(tiles.transpose(0, 2, 3, 4, 1, 5))
 
 
-def _pad_bits(X: te.Tensor, padding: tuple[int, int, int, int], channels: int) -> te.Tensor:
-    """``X`` (bits, NHWC) with zeros around its rows and columns (``padding``: top, left, bottom, right) and
-    after its channels up to ``channels``: zero bits are 0.0."""
+def _pad_bits(X: te.Tensor, padding: tuple[int, int, int, int], channels: int | None = None) -> te.Tensor:
+    """``X`` (bits, NHWC) with zeros around its rows and columns (``padding``: top, left, bottom, right) and, given
+    ``channels``, after its channels up to that many: zero bits are 0.0."""
     n, h, w, c = (int(d) for d in X.shape)
     top, left, bottom, right = padding
-    return te.compute((n, h + top + bottom, w + left + right, channels), lambda b, i, j, k: tvm.tirx.if_then_else(
-        tvm.tirx.all(i >= top, i < h + top, j >= left, j < w + left, k < c), X[b, i - top, j - left, k],
-        tvm.tirx.const(0, "uint16")), name="pad_bits")
+
+    def inside(i, j, k):
+        return tvm.tirx.all(i >= top, i < h + top, j >= left, j < w + left, *([] if channels is None else [k < c]))
+
+    return te.compute((n, h + top + bottom, w + left + right, c if channels is None else channels),
+                      lambda b, i, j, k: tvm.tirx.if_then_else(inside(i, j, k), X[b, i - top, j - left, k],
+                                                               tvm.tirx.const(0, "uint16")), name="pad_bits")
 
 
 def conv_bf16_compute(X: te.Tensor, W: te.Tensor, strides: tuple[int, int], padding: tuple[int, int, int, int]) -> te.Tensor:
@@ -102,15 +106,11 @@ def depthwise_from_bits_compute(X: te.Tensor, W: te.Tensor, strides: tuple[int, 
                                 padding: tuple[int, int, int, int]) -> te.Tensor:
     """A depthwise NHWC convolution in float32 of an activation stored as bfloat16 bits (``uint16``): each input
     read once at half float32's size, widened exactly; ``W`` float32 ``[C, kh, kw, 1]`` (OHWI)."""
-    n, h, w, c = (int(d) for d in X.shape)
     kh, kw = int(W.shape[1]), int(W.shape[2])
-    top, left, bottom, right = padding
-    padded = te.compute((n, h + top + bottom, w + left + right, c), lambda b, i, j, k: tvm.tirx.if_then_else(
-        tvm.tirx.all(i >= top, i < h + top, j >= left, j < w + left), X[b, i - top, j - left, k],
-        tvm.tirx.const(0, "uint16")), name="pad_bits")
-    out_h, out_w = (h + top + bottom - kh) // strides[0] + 1, (w + left + right - kw) // strides[1] + 1
+    padded = _pad_bits(X, padding)
+    out_h, out_w = (int(padded.shape[1]) - kh) // strides[0] + 1, (int(padded.shape[2]) - kw) // strides[1] + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
-    return te.compute((n, out_h, out_w, c), lambda b, i, j, k: te.sum(
+    return te.compute((int(X.shape[0]), out_h, out_w, int(X.shape[3])), lambda b, i, j, k: te.sum(
         bf16.widen(padded[b, i * strides[0] + ry, j * strides[1] + rx, k]) * W[k, ry, rx, 0], axis=[ry, rx]),
         name="depthwise")
 
@@ -150,8 +150,7 @@ class _ConvsToBf16(relax.PyExprMutator):
         bits = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
         if weight.shape[1:3] == (1, 1) and [int(s) for s in a.strides] == [1, 1] and not any(int(p) for p in a.padding) \
                 and weight.shape[3] % bf16.PAIR == 0:
-            n_pad = -(-n // bf16.LANES) * bf16.LANES
-            packed = bf16.pack_weight(quantize._pad_rows(bf16.to_bits(weight[:, 0, 0, :]), n_pad))
+            packed = pack_conv_weight(weight)[:, 0, 0]  # [O/16, C/2, 16, 2]: bf16.pack_weight's layout of the matrix
             y = self.builder_.emit_te(pointwise_bf16_compute, bits, relax.const(packed, "uint16"),
                                       primfunc_name_hint="bf16_conv1x1")
         elif self.all_convs:
