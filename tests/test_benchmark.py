@@ -6,7 +6,7 @@ import os
 import pytest
 import tvm
 
-from helpers import databases, machine, paged_cache, peers, quantize, results, transformer, tuning
+from helpers import bf16, bf16_model, databases, machine, models, paged_cache, peers, quantize, results, transformer, tuning
 from helpers.maintainers import report, stages, table, transformer_large, transformer_table
 
 
@@ -115,6 +115,11 @@ def _is_int8(directory) -> bool:
     return f"{quantize.MODEL}_int8" in directory.name
 
 
+def _is_bf16(directory) -> bool:
+    """The models with their convolutions in bf16 (``bf16_model``): like the int8 one, no eager twin to draw a curve against."""
+    return any(directory.name.startswith(bf16_model.database_name(m) + "-") for m in models.available_models())
+
+
 PREFILL_BUCKETS = (transformer.BUCKET_PREFIX, transformer_large.PREFILL_PREFIX)  # static: tuned with prepacking
 
 
@@ -124,7 +129,8 @@ def _is_transformer(directory) -> bool:
 
 
 def test_every_shipped_database_comes_with_its_curve_and_matches_its_name():
-    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and not _is_int8(p) and not _is_transformer(p)]
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir()
+               if p.is_dir() and not _is_int8(p) and not _is_bf16(p) and not _is_transformer(p)]
     assert shipped, "the course ships at least one tuning database"
     for directory in shipped:
         curve = results.read_curve(directory)
@@ -153,6 +159,21 @@ def test_shipped_int8_databases_match_their_name_and_keep_the_best_record_per_ke
         assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
         target = tvm.target.Target(json.loads(summary["targets"][0]))
         assert directory == databases.database_dir(quantize.database_model(target), target), directory.name
+        assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
+        settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
+        assert not settings["quick"] and tuning.budget(directory) == settings["trials_per_task"], directory.name
+
+
+def test_shipped_bf16_databases_match_their_name_run_where_bf16_does_and_keep_the_best_record_per_kernel():
+    """The bf16 models' databases (python -m helpers.maintainers.shipping bf16) have no eager curve either."""
+    shipped = [p for p in databases.SHIPPED_ROOT.iterdir() if p.is_dir() and _is_bf16(p)]
+    assert {p.name.split("-")[0] for p in shipped} >= {bf16_model.database_name(m) for m in ("mobilenet_v2", "resnet50")}
+    for directory in shipped:
+        summary = tuning.database_summary(directory)
+        assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
+        target = tvm.target.Target(json.loads(summary["targets"][0]))
+        assert bf16.has_bf16(target), f"{directory.name}: tuned for a CPU without AVX-512 BF16"
+        assert directory == databases.database_dir(directory.name.split("-")[0], target), directory.name
         assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
         settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
         assert not settings["quick"] and tuning.budget(directory) == settings["trials_per_task"], directory.name

@@ -24,7 +24,7 @@ _HERE = Path(__file__).resolve().parent
 # gives them, and the build is what it makes of them. The compile cache's keys digest these files' contents.
 BUILD_CODE = [
     _HERE / "tasks.py", _HERE / "apply.py", _HERE / "records.py", _HERE / "settings.py", _HERE / "intrinsics.py",
-    _HERE.parent / "build.py", _HERE.parent / "nchwc.py", _HERE.parent / "int8.py",
+    _HERE.parent / "build.py", _HERE.parent / "nchwc.py", _HERE.parent / "int8.py", _HERE.parent / "bf16.py",
 ]
 
 
