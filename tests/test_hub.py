@@ -245,9 +245,9 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 # (a's list also shows the submission a forged as b: fetching feedback for either fetches a's own)
                 _row_button(page, "submitted_assignments_list", "Fetch Feedback").first.click()
                 home = Path(pwd.getpwnam(name).pw_dir)
-                for _ in range(60):  # the file appears before nbgrader has written it: wait for its content
-                    files = list((home / DAY / "feedback").glob(f"*/{DAY}.html"))
-                    if files and all(f.stat().st_size > 0 for f in files):
+                for _ in range(60):  # the file appears before nbgrader has written it: wait for all of it (the
+                    files = list((home / DAY / "feedback").glob(f"*/{DAY}.html"))  # score comes after the styles)
+                    if files and all(f.read_text().rstrip().endswith("</html>") for f in files):
                         break
                     time.sleep(0.5)
                 assert len(files) == 1, f"{name} got feedback files {files}"
