@@ -167,12 +167,12 @@ class _ConvsToBf16(relax.PyExprMutator):
 
 
 def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all_convs: bool = True) -> ImportedModel:
-    """``imported`` channels last with every pointwise convolution in bfloat16 (weights bound as constants:
-    the result takes the input only). With ``depthwise_from_bits`` each depthwise convolution reads its input
-    rounded to bfloat16 bits too, so that the rounding joins the kernel that wrote it (an expansion's, or the
-    stem's) and the largest activations cross memory at half their size; it still computes in float32. With
-    ``all_convs`` every other convolution without groups (MobileNetV2's stem, ResNet's 3x3 and strided ones)
-    runs in bfloat16 too (``conv_bf16_compute``)."""
+    """``imported`` channels last with its convolutions in bfloat16 (weights bound as constants: the result takes
+    the input only): every 1x1 convolution with stride 1 as a product (``pointwise_bf16_compute``) and, with
+    ``all_convs``, every other one without groups (MobileNetV2's stem, ResNet's 3x3 and strided ones:
+    ``conv_bf16_compute``). With ``depthwise_from_bits`` each depthwise convolution reads its input as bfloat16
+    bits too, so that the rounding joins the kernel that wrote it and the largest activations cross memory at
+    half their size; it still computes in float32."""
     mod = quantize.to_nhwc(quantize.bind_weights(imported))
     rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs)
     main = rewriter.visit_expr(mod["main"])
