@@ -133,13 +133,10 @@ class _ConvsToBf16(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+        found = quantize.conv_with_constant_weight(call, (quantize.NHWC,))
+        if found is None:
             return call
-        x, w = call.args
-        a = call.attrs
-        if not isinstance(w, tvm.ir.expr.Constant) or (a.data_layout, a.kernel_layout, a.out_layout) != ("NHWC", "OHWI", "NHWC"):
-            return call
-        weight = w.value.numpy()
+        x, weight, a = found
         channels = int(x.ty.shape[3])
         if self.depthwise and int(a.groups) == channels == weight.shape[0] and weight.shape[3] == 1 \
                 and [int(d) for d in a.dilation] == [1, 1] and weight.dtype == np.float32:

@@ -163,6 +163,21 @@ def _pad_rows(a: np.ndarray, rows: int) -> np.ndarray:
     return np.concatenate([a, np.zeros((rows - a.shape[0], *a.shape[1:]), a.dtype)]) if rows > a.shape[0] else a
 
 
+NCHW, NHWC = ("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")  # a conv2d's data, kernel and output layouts
+
+
+def conv_with_constant_weight(call: relax.Call, layouts) -> tuple[relax.Expr, np.ndarray, object] | None:
+    """(input, weight in NumPy, attributes) of a ``conv2d`` whose weight is a constant and whose layouts are one of
+    ``layouts`` (``NCHW``, ``NHWC``); None for any other call: what the course's rewrites of convolutions match."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+        return None
+    x, w = call.args
+    a = call.attrs
+    if not isinstance(w, tvm.ir.expr.Constant) or (a.data_layout, a.kernel_layout, a.out_layout) not in layouts:
+        return None
+    return x, w.value.numpy(), a
+
+
 @relax.expr_functor.mutator
 class _PointwiseToInt8(relax.PyExprMutator):
     """Replaces each float32 1x1 NCHW conv2d with a constant weight, in order, by its int8 version."""
@@ -175,15 +190,11 @@ class _PointwiseToInt8(relax.PyExprMutator):
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
-        if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.nn.conv2d"):
+        found = conv_with_constant_weight(call, (NCHW, NHWC))
+        if found is None:
             return call
-        x, w = call.args
-        a = call.attrs
-        layouts = (a.data_layout, a.kernel_layout, a.out_layout)
-        if not isinstance(w, tvm.ir.expr.Constant) or layouts not in (("NCHW", "OIHW", "NCHW"), ("NHWC", "OHWI", "NHWC")):
-            return call
+        x, weight, a = found
         nhwc = a.data_layout == "NHWC"
-        weight = w.value.numpy()
         if (weight.shape[1:3] if nhwc else weight.shape[2:4]) != (1, 1) or int(a.groups) != 1 or [int(s) for s in a.strides] != [1, 1] \
                 or any(int(p) for p in a.padding) or weight.dtype != np.float32:
             return call
