@@ -7,9 +7,10 @@ import pytest
 import torch
 import tvm
 
-from helpers import bf16, bf16_model, build, databases, export, ir, machine, models, quantize, tuning
+from helpers import bf16, bf16_model, build, export, ir, machine, models, quantize, tuning
 from helpers.errors import CourseError
 
+from shipped_databases import assert_every_kernel_covered
 from test_quantize import Pointwise
 
 TARGET = machine.cpu_target()
@@ -124,18 +125,12 @@ def test_tuning_puts_vdpbf16ps_into_the_products_and_keeps_the_numbers(small, tm
 
 @pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50"])
 def test_the_shipped_bf16_databases_cover_every_kernel_of_their_model(model):
-    """make benchmark's bf16 table and Day 12 build with them: a change to the rewrite must come with new databases."""
+    """The bf16-model benchmark and Day 12 build with them: a change to the rewrite must come with new databases."""
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})
     float_model, _ = quantize.float_model(model)
     half = bf16_model.import_bf16(float_model, models.example_input())
-    tasks = tuning.extract_tasks(build.fuse(half.mod, target), target)
-    name = bf16_model.database_name(model)
-    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{name}-b1-*cores"))
-    assert shipped, f"no {name} database ships in tuning/: python -m helpers.maintainers.shipping bf16 16 --model {model}"
-    for path in shipped:
-        db = tuning.load_database(path)
-        missing = [t.task_name for t in tasks if not db.has_workload(t.dispatched[0])]
-        assert not missing, f"{path.name} has no record for {missing[:4]} ({len(missing)} of {len(tasks)})"
+    assert_every_kernel_covered(half.mod, target, bf16_model.database_name(model),
+                                f"python -m helpers.maintainers.shipping bf16 16 --model {model}")
 
 
 def test_the_bf16_table_names_each_engines_precision_and_the_fastest_engine_per_precision():

@@ -6,8 +6,9 @@ import torch
 import tvm
 import tvm_ffi
 
-from helpers import build, databases, export, int8, ir, machine, models, quantize, timing, tuning
+from helpers import build, export, int8, ir, machine, models, quantize, timing, tuning
 from helpers.errors import CourseError
+from shipped_databases import assert_every_kernel_covered
 
 TARGET = machine.cpu_target()
 
@@ -211,14 +212,8 @@ def test_the_shipped_int8_databases_cover_every_kernel_of_the_course_model(mcpu)
     calibration must come with new databases."""
     target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 2})
     _, quantized, _ = quantize.quantized_model(target=target)
-    tasks = tuning.extract_tasks(build.fuse(quantized.mod, target), target)
-    name = quantize.database_model(target)
-    shipped = sorted(databases.SHIPPED_ROOT.glob(f"{name}-b1-*cores"))
-    assert shipped, f"no {name} database ships in tuning/: python -m helpers.maintainers.shipping int8 16 --mcpu {mcpu}"
-    for path in shipped:
-        db = tuning.load_database(path)
-        missing = [t.task_name for t in tasks if not db.has_workload(t.dispatched[0])]
-        assert not missing, f"{path.name} has no record for {missing[:4]} ({len(missing)} of {len(tasks)})"
+    assert_every_kernel_covered(quantized.mod, target, quantize.database_model(target),
+                                f"python -m helpers.maintainers.shipping int8 16 --mcpu {mcpu}")
 
 
 def test_onnx_runtimes_int8_quantizes_every_convolution_with_the_courses_kinds_of_number_and_both_engines_run_it(small):
