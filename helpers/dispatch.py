@@ -37,7 +37,7 @@ import itertools
 import weakref
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ from tvm import relax
 from tvm.relax.dpl import ExternFuncPattern, is_op, is_tuple_get_item, rewrite_call, wildcard
 
 from . import ir, nchwc
-from .build import CompiledModel, build_runnable, load_executable, transform_params
+from .build import CompiledModel, compile_model, transform_params
 from .errors import CourseError
 from .machine import cpu_target
 from .models import ImportedModel
@@ -529,10 +529,7 @@ def compile_dispatched(imported: ImportedModel, target: tvm.target.Target | None
     if database is not None:  # the kernels left in TVM stay NCHW, whatever layout the database was tuned in
         return database.compile(offloaded, target, layout=nchwc.PLAIN)
     lifted = relax.transform.LiftTransformParams()(offloaded.mod)
-    runnable, executable, library = build_runnable(lifted, target)
-    compiled = load_executable(runnable, offloaded, target)
-    compiled.executable, compiled.library = executable, library
-    return transform_params(compiled)
+    return transform_params(compile_model(replace(offloaded, mod=lifted), target))
 
 
 # ------------------------------------------------------------------ operators of your own

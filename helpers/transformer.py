@@ -33,7 +33,7 @@ from torch import nn
 from tvm import relax
 
 from . import databases, peers, timing
-from .build import CompiledModel, build_runnable, compile_model, device_for, load_executable, transform_params
+from .build import CompiledModel, compile_model, device_for, load_executable, transform_params
 from .errors import CourseError, InputShapeError
 from .machine import cpu_target
 from .models import ImportedModel, to_relax, torch_logs_held
@@ -412,10 +412,10 @@ def compile_with_passes(imported: ImportedModel, target: tvm.target.Target | Non
     target = target or cpu_target()
     with target:
         mod = tvm.transform.Sequential(list(passes))(imported.mod)
-    runnable, executable, library = build_runnable(mod, target)
-    compiled = symbolic_model(runnable, imported, target) if length_bounds(imported.mod) else \
-        load_executable(runnable, imported, target)
-    compiled.executable, compiled.library = executable, library
+    compiled = compile_model(replace(imported, mod=mod), target)
+    if length_bounds(imported.mod):
+        (_, bounds), = length_bounds(imported.mod).items()
+        compiled = SymbolicLengthModel(**vars(compiled), bounds=bounds)
     return transform_params(compiled)
 
 
