@@ -35,7 +35,7 @@ import torch
 
 from .build import CompiledModel
 from .ir import op_type
-from .peers import FROZEN, ORT, onnx_runtime_session
+from .peers import DEFAULT_PRECISION, FROZEN, OPENVINO, ORT, onnx_export, onnx_runtime_session, openvino_compiled, openvino_precision
 from .profiling import BUILTIN_PREFIX, ordered_calls
 
 
@@ -70,21 +70,31 @@ class EngineLayers:
         return sum(c.ms for c in self.convs)
 
 
-def _nchw(shape: Sequence[int]) -> tuple[int, int, int]:
-    """(C, H, W) of an activation in NCHW or in channel blocks (``[N, C/b, H, W, b]``)."""
+def _nchw(shape: Sequence[int], channels_last: bool = False) -> tuple[int, int, int]:
+    """(C, H, W) of an activation in NCHW, in channel blocks (``[N, C/b, H, W, b]``) or channels last (NHWC)."""
     if len(shape) == 5:
         return shape[1] * shape[4], shape[2], shape[3]
+    if len(shape) == 4 and channels_last:
+        return shape[3], shape[1], shape[2]
     if len(shape) == 4:
         return shape[1], shape[2], shape[3]
     raise ValueError(f"not an image activation: shape {tuple(shape)}")
 
 
-# Calls that finish a convolution's output element by element: counted as part of the convolution.
-TVM_EPILOGUE_OPS = {"add", "multiply", "subtract", "divide", "sigmoid", "fast_sigmoid", "relu", "clip", "silu", "tanh"}
+# TVM's kernels that compute a convolution: Relax's conv2d, and the bf16 rewrite's (Day 12), which run channels last.
+TVM_CONV_KERNELS = ("conv2d", "bf16_conv", "depthwise_from_bits")
+CHANNELS_LAST_KERNELS = ("bf16_conv", "depthwise_from_bits")
+# Calls that finish a convolution's output element by element: counted as part of the convolution
+# (``to_bf16``: the bf16 rewrite's rounding of an output a convolution reads next, where it is a kernel of its own).
+TVM_EPILOGUE_OPS = {"add", "multiply", "subtract", "divide", "sigmoid", "fast_sigmoid", "relu", "clip", "silu", "tanh", "to_bf16"}
 ORT_EPILOGUE_OPS = {"Add", "Mul", "Sub", "Div", "Sigmoid", "QuickGelu", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sum"}
 # Calls that only change a tensor's layout: "the rest", but they do not end a convolution's epilogue.
 TVM_LAYOUT_OPS = {"layout_transform"}
 ORT_LAYOUT_OPS = {"ReorderInput", "ReorderOutput", "Reshape", "Transpose"}
+# OpenVINO fuses a convolution's activation, BatchNorm and residual add into it (those nodes do not run);
+# what it runs apart is an ``Eltwise`` node, and a ``Reorder`` changes a tensor's layout or precision.
+OPENVINO_EPILOGUE_OPS = {"Eltwise", "Add", "Multiply", "Subtract", "Divide", "Clamp", "Sigmoid", "Swish", "Relu"}
+OPENVINO_LAYOUT_OPS = {"Reorder", "Reshape", "Transpose"}
 # Channel blocks: ONNX Runtime pads a layer's channels to its block (8 or 16), TVM keeps them.
 CHANNEL_BLOCK = 16
 
@@ -131,22 +141,29 @@ def _medians(runs: list[list[tuple[str, list, float]]]) -> list[tuple[str, list,
     return [(name, shapes, statistics.median(run[i][2] for run in runs)) for i, (name, shapes, _) in enumerate(runs[0])]
 
 
-def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
-    """Tuned TVM's calls, each convolution (a kernel named after ``conv2d``) read from its first
-    argument (the data) and its last (the output), medians of ``repeats`` runs after one warm-up."""
+def _tvm_op(kernel: str) -> str:
+    """The operator a TVM kernel is named after (``ir.op_type``), the bf16 rewrite's rounding named whole."""
+    return "to_bf16" if kernel.removeprefix("fused_").startswith("to_bf16") else op_type(kernel)
+
+
+def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5, engine: str = "TVM tuned") -> EngineLayers:
+    """Tuned TVM's calls, each convolution (a kernel named after ``conv2d``, or one of the bf16 rewrite's,
+    channels last) read from its first argument (the data) and its last (the output), medians of
+    ``repeats`` runs after one warm-up; ``engine`` names the build in the tables."""
     on_device = compiled.to_device(x)
     compiled.run_on_device(on_device)
     calls = [c for c in _medians([ordered_calls(compiled, on_device) for _ in range(repeats)])
              if not c[0].startswith(BUILTIN_PREFIX)]
     def is_conv(name: str, shapes: list) -> bool:
         tensors = _tensors(shapes)
-        return "conv2d" in name and len(tensors) >= 2 and len(tensors[0]) in (4, 5) and len(tensors[-1]) in (4, 5)
+        return (any(op in name for op in TVM_CONV_KERNELS) and len(tensors) >= 2 and len(tensors[0]) in (4, 5)
+                and len(tensors[-1]) in (4, 5))
 
     def conv(name: str, shapes: list, ms: float) -> ConvCall:
-        tensors = _tensors(shapes)
-        return ConvCall(name, (*_nchw(tensors[0]), *_nchw(tensors[-1])), ms)
+        tensors, last = _tensors(shapes), any(op in name for op in CHANNELS_LAST_KERNELS)
+        return ConvCall(name, (*_nchw(tensors[0], last), *_nchw(tensors[-1], last)), ms)
 
-    return _layers("TVM tuned", calls, is_conv, op_type, TVM_EPILOGUE_OPS, TVM_LAYOUT_OPS, conv)
+    return _layers(engine, calls, is_conv, _tvm_op, TVM_EPILOGUE_OPS, TVM_LAYOUT_OPS, conv)
 
 
 def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
@@ -176,6 +193,40 @@ def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 
 
     return _layers(ORT, _medians(runs), lambda name, shapes: name.startswith("Conv:") and len(shapes) >= 3 and len(shapes[1]) == 4,
                    lambda name: name.split(":", 1)[0], ORT_EPILOGUE_OPS, ORT_LAYOUT_OPS, conv)
+
+
+def openvino_layers(model: torch.nn.Module, x: torch.Tensor, precision: str | None = "f32", repeats: int = 5,
+                    exported: bytes | None = None) -> EngineLayers:
+    """OpenVINO's nodes as its own counters timed them (the course's set-up, ``peers.openvino_compiled``, at
+    ``precision``; None: its default on this CPU, bf16 where the CPU has it), medians of ``repeats`` runs
+    after one warm-up; each node's shapes are read from the graph OpenVINO runs (a convolution's weight
+    gives its kernel size and groups). ``exported``: the model's ONNX export, made here without it."""
+    compiled = openvino_compiled(onnx_export(model, x) if exported is None else exported, precision, profile=True)
+    shapes = {}
+    for op in compiled.get_runtime_model().get_ordered_ops():
+        ports = [op.input_value(i).get_partial_shape() for i in range(op.get_input_size())]
+        ports += [op.get_output_partial_shape(0)] if op.get_output_size() else []
+        shapes[op.get_friendly_name()] = [tuple(d.get_length() for d in port) for port in ports if port.is_static]
+    request, feed = compiled.create_infer_request(), {0: x.numpy()}
+    request.infer(feed)
+    runs = []
+    for _ in range(repeats):
+        request.infer(feed)
+        runs.append([(f"{node.node_type}:{node.node_name}", shapes.get(node.node_name, []), node.real_time.total_seconds() * 1e3)
+                     for node in request.get_profiling_info() if node.status.name == "EXECUTED"])
+
+    def is_conv(name: str, shapes: list) -> bool:
+        return name.split(":", 1)[0] in ("Convolution", "GroupConvolution") and len(shapes) >= 3 and len(shapes[1]) in (4, 5)
+
+    def conv(name: str, shapes: list, ms: float) -> ConvCall:
+        weight = shapes[1]
+        groups, kernel = (weight[0], weight[3:5]) if len(weight) == 5 else (1, weight[2:4])
+        return ConvCall(name, (*_nchw(shapes[0]), *_nchw(shapes[-1])), ms, kernel=tuple(kernel), groups=groups)
+
+    ran_in = openvino_precision(compiled)
+    engine = OPENVINO if ran_in == "f32" else f"{OPENVINO}{DEFAULT_PRECISION}{ran_in}"
+    return _layers(engine, _medians(runs), is_conv, lambda name: name.split(":", 1)[0], OPENVINO_EPILOGUE_OPS,
+                   OPENVINO_LAYOUT_OPS, conv)
 
 
 # oneDNN's convolutions as Inductor's freezing calls them: (input, weight, bias, padding, stride, dilation,
@@ -223,15 +274,20 @@ def frozen_pytorch_layers(run: Callable[[], object], repeats: int = 5) -> Engine
 
 
 def against_peers(compiled: CompiledModel, model: torch.nn.Module, x: torch.Tensor, runners: dict,
-                  repeats: int = 5) -> dict:
+                  repeats: int = 5, exported: bytes | None = None) -> dict:
     """Tuned TVM's convolutions against each peer in ``runners`` (``peers.peers(...).runners``) that has a
-    layer profile, freezing's and ONNX Runtime's: ``{peer: table(...)}``, TVM profiled once. ONNX Runtime
-    goes last: its threads spin after each run and slow whatever runs next (freezing's calls summed to
-    7.4 ms on MobileNetV2 against 5.7 end to end when profiled after it), and its session ends with it."""
-    if FROZEN not in runners and ORT not in runners:
+    layer profile, freezing's and ONNX Runtime's, and OpenVINO's at float32 where the model's ONNX export
+    (``exported``: ``Peers.exported``) is given: ``{peer: table(...)}``, TVM profiled once. OpenVINO goes
+    before PyTorch and ONNX Runtime goes last: their threads spin after each run and slow whatever runs next
+    (freezing's calls summed to 7.4 ms on MobileNetV2 against 5.7 end to end when profiled after ONNX Runtime,
+    OpenVINO's to 7.0 against 4.1 after freezing), and ONNX Runtime's session ends with it."""
+    with_openvino = OPENVINO in runners and exported is not None
+    if FROZEN not in runners and ORT not in runners and not with_openvino:
         return {}
     ours = tvm_layers(compiled, x, repeats)
-    theirs = [frozen_pytorch_layers(runners[FROZEN], repeats)] if FROZEN in runners else []
+    theirs = [openvino_layers(model, x, "f32", repeats, exported)] if with_openvino else []
+    if FROZEN in runners:
+        theirs.append(frozen_pytorch_layers(runners[FROZEN], repeats))
     if ORT in runners:
         theirs.append(onnx_runtime_layers(model, x, repeats))
     return {other.engine: table(ours, other) for other in theirs}
@@ -283,6 +339,24 @@ def table(ours: EngineLayers, theirs: EngineLayers):
                  f"{ours.engine} ms": rest_ours, f"{theirs.engine} ms": rest_theirs,
                  "ratio": rest_ours / rest_theirs if rest_theirs > 0 else float("nan")})
     return pd.DataFrame(rows)
+
+
+def kind_of(convolution: str) -> str:
+    """A row's kind, from what ``ConvCall.describe`` wrote: "depthwise", "1x1 conv", "other conv" or "the rest"."""
+    if convolution.startswith("the rest"):
+        return "the rest"
+    return "depthwise" if " depthwise " in f" {convolution} " else "1x1 conv" if convolution.startswith("1x1 conv") else "other conv"
+
+
+def by_kind(frame):
+    """``table``'s rows summed by kind of layer (``kind_of``): how many, both engines' milliseconds and their ratio,
+    the kinds in the order of the milliseconds ours loses there. Where a gap is, in four lines."""
+    ours, theirs = [c for c in frame.columns if c.endswith(" ms")]
+    kinds = frame.assign(kind=frame["convolution"].map(kind_of)).groupby("kind", sort=False)
+    summed = kinds[[ours, theirs]].sum().assign(layers=kinds.size())
+    summed["ratio"] = summed[ours] / summed[theirs]
+    summed["ms lost"] = summed[ours] - summed[theirs]
+    return summed.sort_values("ms lost", ascending=False).reset_index()[["kind", "layers", ours, theirs, "ratio", "ms lost"]]
 
 
 def where_time_is_lost(frame, count: int = 5):

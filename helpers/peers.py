@@ -170,16 +170,19 @@ def onnx_engine_runner(label: str, model: torch.nn.Module, x: torch.Tensor, expo
     return engine.runner([x], output=0), time.perf_counter() - start, engine.precision
 
 
-def openvino_compiled(onnx_model: bytes, precision: str | None = "f32"):
+def openvino_compiled(onnx_model: bytes, precision: str | None = "f32", profile: bool = False):
     """An ONNX model compiled by OpenVINO's CPU plugin: the latency hint, PyTorch's thread count, and
     ``precision`` as its inference precision ("f32"; None: the plugin's default for this CPU, bf16 where the
-    CPU has bfloat16 instructions). The one way the course sets OpenVINO up."""
+    CPU has bfloat16 instructions); ``profile``: its per-node counters on (``layer_compare.openvino_layers``).
+    The one way the course sets OpenVINO up."""
     import openvino as ov  # (imported for the one peer that needs it)
 
     core = ov.Core()
     config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": torch.get_num_threads()}
     if precision is not None:
         config["INFERENCE_PRECISION_HINT"] = precision
+    if profile:
+        config["PERF_COUNT"] = True
     return core.compile_model(core.read_model(onnx_model), "CPU", config)
 
 

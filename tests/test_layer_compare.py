@@ -97,3 +97,39 @@ def test_freezing_is_profiled_call_by_call_and_each_onednn_convolution_is_read_b
     assert all(c.groups == 1 and c.ms > 0 for c in theirs.convs) and theirs.rest_ms > 0  # pool, linear
     with pytest.raises(RuntimeError, match="compiled whole"):
         layer_compare.frozen_pytorch_layers(lambda: model(x), repeats=2)  # eager: no compiled graph
+
+
+def test_layers_sum_by_kind_in_the_order_of_the_time_lost():
+    ours = layer_compare.EngineLayers("TVM bf16 tuned", [_conv((64, 8, 8, 64, 8, 8), 0.6), _conv((64, 8, 8, 32, 8, 8), 0.5),
+                                                         _conv((3, 16, 16, 64, 8, 8), 0.2)], 0.1)
+    theirs = layer_compare.EngineLayers("OpenVINO", [_conv((64, 8, 8, 64, 8, 8), 0.2, kernel=(3, 3), groups=64),
+                                                     _conv((64, 8, 8, 32, 8, 8), 0.4, kernel=(1, 1), groups=1),
+                                                     _conv((3, 16, 16, 64, 8, 8), 0.3, kernel=(3, 3), groups=1)], 0.1)
+    kinds = layer_compare.by_kind(layer_compare.table(ours, theirs))
+    assert list(kinds["kind"]) == ["depthwise", "1x1 conv", "the rest", "other conv"]
+    assert list(kinds["ms lost"]) == pytest.approx([0.4, 0.1, 0.0, -0.1]) and list(kinds["layers"]) == [1, 1, 1, 1]
+
+
+def test_openvino_and_tvms_bf16_build_profile_the_same_convolutions():
+    """OpenVINO's counters, read with its graph's shapes, against the bf16 rewrite's channels-last kernels (built
+    untuned: their names and shapes are what the table reads, on any CPU): every convolution pairs."""
+    from helpers import bf16_model, build, quantize
+    from helpers.peers import OPENVINO
+    from test_quantize import Pointwise
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    model = quantize.with_batchnorm_statistics(Pointwise().eval(), inputs)
+    x = torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(9))
+    theirs = layer_compare.openvino_layers(model, x, "f32", repeats=3)
+    assert theirs.engine == OPENVINO
+    assert sorted((c.shape, c.kernel, c.groups) for c in theirs.convs) == sorted([
+        ((3, 12, 12, 16, 12, 12), (3, 3), 1), ((16, 12, 12, 32, 12, 12), (1, 1), 1), ((32, 12, 12, 32, 12, 12), (3, 3), 32),
+        ((32, 12, 12, 24, 12, 12), (1, 1), 1), ((16, 12, 12, 24, 12, 12), (1, 1), 1)])
+    ours = layer_compare.tvm_layers(build.compile_model(bf16_model.import_bf16(model, x)), x, repeats=3, engine="TVM bf16")
+    # channels last, read as NCHW (outputs of 24 channels may be written padded to the instruction's 16 lanes: 32)
+    assert sorted(c.shape[:3] for c in ours.convs) == sorted(c.shape[:3] for c in theirs.convs)
+    pairs, ours_left, theirs_left = layer_compare.pair(ours.convs, theirs.convs)
+    assert len(pairs) == 5 and not ours_left and not theirs_left
+    assert all(c.ms > 0 for c in ours.convs + theirs.convs)
+    assert list(layer_compare.table(ours, theirs).columns[2:4]) == ["TVM bf16 ms", f"{OPENVINO} ms"]

@@ -164,8 +164,8 @@ def test_comparing_databases_and_layers_name_each_database(course, tuned, capsys
     assert table.database_label(tuned) in capsys.readouterr().out
     assert benchmark.main(["layers", "mobilenet_v2", "--repeats", "2"]) == 0
     kept = _kept("layers-mobilenet_v2")
-    assert kept["layers against torch.compile (freezing)"] and kept["layers against ONNX Runtime"]
-    assert "where tuned TVM loses most" in capsys.readouterr().out
+    assert kept["layers against torch.compile (freezing)"] and kept["layers against ONNX Runtime"] and kept["layers against OpenVINO"]
+    assert "where TVM loses most" in capsys.readouterr().out
 
 
 def test_the_transfer_study_times_every_arm_and_keeps_the_record(course, tuned, retarget, monkeypatch):

@@ -9,7 +9,8 @@ docs/maintainers.md):
 * ``table`` measures, for each model, PyTorch's peers, untuned TVM and tuned TVM side by side and keeps
   the table in ``results/`` (``table``); ``compare MODEL DIR...`` times tuned TVM built with each of
   several databases beside the peers.
-* ``layers MODEL``: tuned TVM's convolutions against the fastest PyTorch's and ONNX Runtime's (``layers``).
+* ``layers MODEL``: tuned TVM's convolutions against the fastest PyTorch's, ONNX Runtime's and OpenVINO's
+  (``layers``); ``--bf16``: TVM's bf16 build against OpenVINO's default (bf16 where the CPU has it).
 * ``int8`` (Day 12, ``int8_table``) and ``transformer`` (Day 14, ``transformer_table``); ``transformer-large``
   decodes with a transformer of GPT-2 small's sizes, in tokens per second and against its memory floor
   (``transformer_large``).
@@ -53,12 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     compare_cmd.add_argument("--batch", type=int, default=1)
     compare_cmd.add_argument("--repeats", type=int, default=30)
     compare_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (AVX2: haswell, or znver3 on an AMD CPU)")
-    layers_cmd = sub.add_parser("layers", help="tuned TVM against freezing and ONNX Runtime, convolution by convolution")
+    layers_cmd = sub.add_parser("layers", help="tuned TVM against freezing, ONNX Runtime and OpenVINO, convolution by convolution")
     layers_cmd.add_argument("model", choices=models.available_models())
     layers_cmd.add_argument("--batch", type=int, default=1)
     layers_cmd.add_argument("--repeats", type=int, default=10)
     layers_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     layers_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (AVX2: haswell, or znver3 on an AMD CPU)")
+    layers_cmd.add_argument("--bf16", action="store_true", help="TVM's bf16 build against OpenVINO's default (bf16 here) instead")
     table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(ZOO)})")
     table_cmd.add_argument("--batch", type=int, default=1)
@@ -101,7 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  {t.label:<64} {t.median_ms:8.2f} ms (IQR {t.iqr_ms:.2f})"
                   + (f"  {by_label[best.pytorch].median_ms / t.median_ms:.2f}x {best.pytorch}" if t.label.startswith("TVM ") else ""))
     elif args.command == "layers":
-        layers.compare_layers(args.model, args.batch, args.repeats, args.mcpu, save=not args.no_save)
+        if args.bf16:
+            layers.compare_bf16_layers(args.model, args.repeats, save=not args.no_save)
+        else:
+            layers.compare_layers(args.model, args.batch, args.repeats, args.mcpu, save=not args.no_save)
     elif args.command == "int8":
         int8_table.run_int8(args.repeats, save=not args.no_save, mcpu=args.mcpu)
     elif args.command == "transformer":

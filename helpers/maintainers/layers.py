@@ -1,38 +1,80 @@
-"""Tuned TVM's convolutions against the fastest PyTorch's and ONNX Runtime's, layer by layer
-(``python -m helpers.maintainers.benchmark layers``)."""
+"""Tuned TVM's convolutions against the other engines', layer by layer
+(``python -m helpers.maintainers.benchmark layers [--bf16]``): where a model's gap to each is."""
 
 from __future__ import annotations
 
-from .. import databases, layer_compare, machine, models, peers
+from .. import bf16, bf16_model, databases, layer_compare, machine, models, peers, quantize, timing
 from ..build import check_parity
-from ..peers import FROZEN, ORT
+from ..peers import FROZEN, OPENVINO, ORT
 from ..results import results_path_here, save_record
+from .bf16_model_table import TVM_BF16
 
 
 def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str | None = None,
                    save: bool = True) -> dict:
     """Tuned TVM's convolutions (the database ``databases.choose`` picks) against the fastest PyTorch's
-    (freezing: oneDNN, BatchNorm folded) and, unless the CPU class is imitated, ONNX Runtime's, layer
-    by layer (``helpers.layer_compare``): the profile that says where a model's gap to each peer is.
-    Prints where tuned TVM loses most and (``save``) keeps every table in results/layers-<model>-<cpu>-<cores>cores.json."""
+    (freezing: oneDNN, BatchNorm folded) and, unless the CPU class is imitated, ONNX Runtime's and OpenVINO's
+    at float32, layer by layer (``helpers.layer_compare``): the profile that says where a model's gap to each
+    peer is. Prints where tuned TVM loses most and (``save``) keeps every table in
+    results/layers-<model>-<cpu>-<cores>cores.json."""
     target = machine.target_for(mcpu)
     model, x, imported = models.load_imported(model_name, batch)
     database = databases.choose(model_name, imported, target, batch, tune_if_missing=False)
     compiled = database.compile(imported, target)
     check_parity(compiled, model, x)
-    found = peers.peers(model, x, with_onnx_runtime=not machine.is_imitated(target), which=[FROZEN, ORT])
-    tables = layer_compare.against_peers(compiled, model, x, found.runners, repeats)
+    found = peers.peers(model, x, with_onnx_runtime=not machine.is_imitated(target), which=[FROZEN, ORT, OPENVINO])
+    tables = layer_compare.against_peers(compiled, model, x, found.runners, repeats, found.exported)
     print(f"{model_name}, batch {batch}, TVM built for {target.attrs['mcpu']} with {database.label()}, "
           f"on {machine.cpu_name()}:")
+    _report(tables, f"layers-{model_name}", target, save, model=model_name, batch=batch, database=database.label())
+    return tables
+
+
+def compare_bf16_layers(model_name: str, repeats: int = 10, save: bool = True) -> dict:
+    """TVM's bf16 build of ``model_name`` (``bf16_model``, its shipped database) against OpenVINO's default on this
+    CPU (bf16 where it has AVX-512 BF16), layer by layer, batch 1: where TVM's bf16 loses to OpenVINO's.
+    Prints it and (``save``) keeps it in results/layers-<model>_bf16-<cpu>-<cores>cores.json."""
+    target = machine.cpu_target()
+    if not bf16.has_bf16(target):
+        raise SystemExit(f"{machine.cpu_name()} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
+    model, _ = quantize.float_model(model_name)
+    x = models.example_input(seed=1)
+    half = bf16_model.import_bf16(model, x)
+    database = databases.choose(bf16_model.database_name(model_name), half, target, tune_if_missing=False)
+    compiled = database.compile(half, target)
+    exported = peers.onnx_export(model, x)
+    end_to_end = _end_to_end(compiled, model, x, exported, repeats)
+    ours = layer_compare.tvm_layers(compiled, x, repeats, engine=TVM_BF16)
+    theirs = layer_compare.openvino_layers(model, x, precision=None, repeats=repeats, exported=exported)
+    tables = {theirs.engine: layer_compare.table(ours, theirs)}
+    print(f"{model_name} in bf16, batch 1, TVM with {database.label()}, on {machine.cpu_name()}; end to end, "
+          f"the same process: " + ", ".join(f"{label} {ms:.2f} ms" for label, ms in end_to_end.items()))
+    _report(tables, f"layers-{bf16_model.database_name(model_name)}", target, save, model=model_name, batch=1,
+            database=database.label(), end_to_end_ms=end_to_end)
+    return tables
+
+
+def _end_to_end(compiled, model, x, exported: bytes, repeats: int) -> dict[str, float]:
+    """TVM's bf16 build and OpenVINO's default, timed whole in alternating blocks just before their profiles: a
+    profile times each call apart (and OpenVINO's counters cost it time), so its sums are not the models' times."""
+    label, run, _ = peers.openvino_default(model, x, exported) or (None, None, None)
+    runners = {TVM_BF16: timing.tvm_runner(compiled, x), **({label: run} if label else {})}
+    return {t.label: round(t.median_ms, 3) for t in timing.measure_engines(runners, warmup=3, repeats=max(repeats, 20))}
+
+
+def _report(tables: dict, name: str, target, save: bool, **about) -> None:
+    """Each table's totals, its kinds of layer and where TVM loses most, printed; kept under results/ with ``save``."""
     for engine, frame in tables.items():
-        columns = [c for c in frame.columns if c.endswith(" ms")]
-        print(f"\nagainst {engine}: {frame[columns[0]].sum():.2f} ms against {frame[columns[1]].sum():.2f}; "
-              "where tuned TVM loses most:")
+        ours, theirs = [c for c in frame.columns if c.endswith(" ms")]
+        print(f"\nagainst {engine}: {frame[ours].sum():.2f} ms against {frame[theirs].sum():.2f}, by kind of layer:")
+        print(layer_compare.by_kind(frame).round(3).to_string(index=False))
+        print("where TVM loses most:")
         print(layer_compare.where_time_is_lost(frame, 8).round(3).to_string(index=False))
     if save:
-        path = results_path_here(target, "json", f"layers-{model_name}")
+        path = results_path_here(target, "json", name)
         save_record(path, machine=machine.describe().as_dict(), target=str(target), imitated=machine.is_imitated(target),
-                    model=model_name, batch=batch, database=database.label(),
-                    **{f"layers against {engine}": frame.round(3).to_dict(orient="records") for engine, frame in tables.items()})
+                    **about, **{f"layers against {engine}": frame.round(3).to_dict(orient="records")
+                                for engine, frame in tables.items()},
+                    **{f"by kind against {engine}": layer_compare.by_kind(frame).round(3).to_dict(orient="records")
+                       for engine, frame in tables.items()})
         print(f"saved {path}")
-    return tables
