@@ -98,12 +98,44 @@ def test_a_model_with_nothing_to_rewrite_is_refused():
         bf16_model.convs_to_bf16(models.import_to_relax(model, x), all_convs=False)
 
 
-def test_only_the_bf16_products_get_the_bf16_space(small):
+def test_only_the_bf16_products_get_the_bf16_space_and_only_the_depthwise_ones_the_depthwise_space(small):
     _, half, _ = small
     tasks = tuning.extract_tasks(build.fuse(half.mod, TARGET), TARGET)
     chosen = {t.task_name: bf16_model.is_bf16_kernel(t) for t in tasks}
     assert sum(chosen.values()) == 4, chosen  # three pointwise convolutions and the stem
     assert all(("bf16_conv" in name) == is_product for name, is_product in chosen.items()), chosen
+    depthwise = {t.task_name: bf16_model.is_depthwise_from_bits(t) for t in tasks}
+    assert sum(depthwise.values()) == 1 and all(("depthwise_from_bits" in n) == d for n, d in depthwise.items()), depthwise
+    spaces = {t.task_name: bf16_model.space_for(t) for t in tasks}
+    assert sum(isinstance(space, type(bf16_model.depthwise_space())) for space in spaces.values()) == 1, spaces
+
+
+def _bits_as_floats(bits: np.ndarray) -> np.ndarray:
+    return bits.view(ml_dtypes.bfloat16).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_depthwise_schedule_keeps_the_kernels_numbers_whatever_tiles_it_samples(seed):
+    """A depthwise convolution of bits with its epilogue, as fusion makes it, on odd sizes (15 rows, 10 columns, 48
+    channels): every tile size ``schedule_depthwise`` samples gives the unscheduled kernel's output."""
+    from tvm import te
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(1, 15, 10, 48)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    w, bias = rng.normal(size=(48, 3, 3, 1)).astype(np.float32), rng.normal(size=(48,)).astype(np.float32)
+    X, W, B = te.placeholder(x.shape, "uint16", "X"), te.placeholder(w.shape, "float32", "W"), te.placeholder((48,), "float32", "B")
+    conv = bf16_model.depthwise_from_bits_compute(X, W, (1, 1), (1, 1, 1, 1))
+    clipped = te.compute(conv.shape, lambda *i: tvm.tirx.min(tvm.tirx.max(conv(*i) + B[i[3]], tvm.tirx.const(0.0, "float32")), tvm.tirx.const(6.0, "float32")), name="clip")
+    mod = tvm.IRModule({"main": te.create_prim_func([X, W, B, bf16_model.round_to_bits(clipped)])})
+    sch = tvm.s_tir.Schedule(mod, seed=seed)
+    bf16_model.schedule_depthwise(sch)
+    assert any(inst.kind.name == "SamplePerfectTile" for inst in sch.trace.insts)
+    outputs = []
+    for scheduled in (mod, sch.mod):
+        out = tvm.runtime.tensor(np.zeros(x.shape, np.uint16))
+        tvm.compile(scheduled, target=TARGET)(*(tvm.runtime.tensor(a) for a in (x, w, bias)), out)
+        outputs.append(_bits_as_floats(out.numpy()))
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=2 ** -7, atol=1e-6)  # sums in another order: one bf16 step
 
 
 @needs_bf16
