@@ -1,4 +1,4 @@
-"""Where a peer wins: tuned TVM's convolutions against ONNX Runtime's or freezing's, layer by layer.
+"""Where a peer wins: tuned TVM's convolutions against ONNX Runtime's, OpenVINO's or freezing's, layer by layer.
 
 A model's end-to-end ratio says *whether* another engine is faster; the profile of each says
 *where*. Both engines run the convolutions of the model in graph order, each in its own layout
@@ -13,6 +13,10 @@ elementwise calls that follow a convolution count as part of it, on both sides; 
 Both sides are timed call by call (TVM through the VM's instrument hook, as ``helpers.profiling``
 does; ONNX Runtime with its own profiler), medians over a few runs: the totals are a little above
 the engines' end-to-end times, and the comparison is of layers, not of those times.
+
+OpenVINO is read from its own per-node counters (``openvino_layers``), at float32 or at its default
+precision (bf16 on a CPU with AVX-512 BF16, against TVM's bf16 build: ``bf16_model``, whose kernels run
+channels last); it fuses a convolution's activation and residual add into it, as TVM does.
 
 PyTorch with Inductor's freezing, the fastest PyTorch, is read the same way (``frozen_pytorch_layers``,
 ``torch.profiler``): one oneDNN call per convolution, BatchNorm folded into its weights and the
@@ -35,7 +39,8 @@ import torch
 
 from .build import CompiledModel
 from .ir import op_type
-from .peers import DEFAULT_PRECISION, FROZEN, OPENVINO, ORT, onnx_export, onnx_runtime_session, openvino_compiled, openvino_precision
+from .peers import (DEFAULT_PRECISION, FROZEN, OPENVINO, ORT, onnx_export, onnx_runtime_session, openvino_compiled,
+                    openvino_precision)
 from .profiling import BUILTIN_PREFIX, ordered_calls
 
 
@@ -212,7 +217,8 @@ def openvino_layers(model: torch.nn.Module, x: torch.Tensor, precision: str | No
     runs = []
     for _ in range(repeats):
         request.infer(feed)
-        runs.append([(f"{node.node_type}:{node.node_name}", shapes.get(node.node_name, []), node.real_time.total_seconds() * 1e3)
+        runs.append([(f"{node.node_type}:{node.node_name}", shapes.get(node.node_name, []),
+                      node.real_time.total_seconds() * 1e3)
                      for node in request.get_profiling_info() if node.status.name == "EXECUTED"])
 
     def is_conv(name: str, shapes: list) -> bool:
