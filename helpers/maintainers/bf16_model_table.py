@@ -15,7 +15,7 @@ import torch
 import tvm
 
 from .. import bf16, bf16_model, databases, kernels, machine, models, peers, quantize, timing
-from ..build import check_parity
+from ..build import CompiledModel, check_parity
 from .report import UNRELIABLE_MARK, load_average, print_and_keep
 
 IMAGES = 32
@@ -37,14 +37,26 @@ class Bfloat16Weights(torch.nn.Module):
         return self.inner(x.to(torch.bfloat16)).float()
 
 
-def bf16_model_run(name: str, repeats: int = 30, images: int = IMAGES, target: tvm.target.Target | None = None) -> dict:
-    """The comparison on the model ``name``, batch 1 (see the module's docstring)."""
-    target = target or machine.cpu_target()
+def require_bf16(target: tvm.target.Target) -> None:
+    """Stop with the reason where ``target`` has no AVX-512 BF16: TVM's bf16 builds cannot run there."""
+    if not bf16.has_bf16(target):
+        raise SystemExit(f"{machine.cpu_name()} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
+
+
+def tuned_bf16_build(name: str, target: tvm.target.Target) -> tuple[torch.nn.Module, torch.Tensor, databases.Database, CompiledModel]:
+    """The float model ``name``, the input every bf16 measurement uses, and its bf16 build (``bf16_model.import_bf16``)
+    with the database ``databases.choose`` picks for ``target`` (none tuned if missing): (model, x, database, build)."""
     model, _ = quantize.float_model(name)
     x = models.example_input(seed=1)
     half = bf16_model.import_bf16(model, x)
-    bf16_db = databases.choose(bf16_model.database_name(name), half, target, tune_if_missing=False)
-    tvm_bf16 = bf16_db.compile(half, target)
+    database = databases.choose(bf16_model.database_name(name), half, target, tune_if_missing=False)
+    return model, x, database, database.compile(half, target)
+
+
+def bf16_model_run(name: str, repeats: int = 30, images: int = IMAGES, target: tvm.target.Target | None = None) -> dict:
+    """The comparison on the model ``name``, batch 1 (see the module's docstring)."""
+    target = target or machine.cpu_target()
+    model, x, bf16_db, tvm_bf16 = tuned_bf16_build(name, target)
     float_imported = models.import_to_relax(model, x)
     fp32_db = databases.choose(name, float_imported, target, tune_if_missing=False)
     tvm_fp32 = fp32_db.compile(float_imported, target)
@@ -117,7 +129,6 @@ def format_bf16_model(result: dict) -> str:
 def run_bf16_model(names: Sequence[str] = MODELS, repeats: int = 30, save: bool = True) -> str:
     """The comparison for each model, printed and kept in results/bf16-model-<cpu>-<cores>cores.{json,md}."""
     target = machine.cpu_target()
-    if not bf16.has_bf16(target):
-        raise SystemExit(f"{machine.cpu_name()} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
+    require_bf16(target)
     result = {"models": [bf16_model_run(name, repeats, target=target) for name in names]}
     return print_and_keep("bf16-model", "Models in bf16 against the engines' bf16 and float32", result, format_bf16_models, save)

@@ -3,11 +3,11 @@
 
 from __future__ import annotations
 
-from .. import bf16, bf16_model, databases, layer_compare, machine, models, peers, quantize, timing
+from .. import bf16_model, databases, layer_compare, machine, models, peers, timing
 from ..build import check_parity
 from ..peers import FROZEN, OPENVINO, ORT
 from ..results import results_path_here, save_record
-from .bf16_model_table import TVM_BF16
+from .bf16_model_table import TVM_BF16, require_bf16, tuned_bf16_build
 
 
 def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str | None = None,
@@ -35,13 +35,8 @@ def compare_bf16_layers(model_name: str, repeats: int = 10, save: bool = True) -
     CPU (bf16 where it has AVX-512 BF16), layer by layer, batch 1: where TVM's bf16 loses to OpenVINO's.
     Prints it and (``save``) keeps it in results/layers-<model>_bf16-<cpu>-<cores>cores.json."""
     target = machine.cpu_target()
-    if not bf16.has_bf16(target):
-        raise SystemExit(f"{machine.cpu_name()} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
-    model, _ = quantize.float_model(model_name)
-    x = models.example_input(seed=1)
-    half = bf16_model.import_bf16(model, x)
-    database = databases.choose(bf16_model.database_name(model_name), half, target, tune_if_missing=False)
-    compiled = database.compile(half, target)
+    require_bf16(target)
+    model, x, database, compiled = tuned_bf16_build(model_name, target)
     exported = peers.onnx_export(model, x)
     end_to_end = _end_to_end(compiled, model, x, exported, repeats)
     ours = layer_compare.tvm_layers(compiled, x, repeats, engine=TVM_BF16)
