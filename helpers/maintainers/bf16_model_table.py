@@ -40,7 +40,7 @@ class Bfloat16Weights(torch.nn.Module):
 def require_bf16(target: tvm.target.Target) -> None:
     """Stop with the reason where ``target`` has no AVX-512 BF16: TVM's bf16 builds cannot run there."""
     if not bf16.has_bf16(target):
-        raise SystemExit(f"{machine.cpu_name()} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
+        raise SystemExit(f"{target.attrs.get('mcpu', machine.cpu_name())} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
 
 
 def tuned_bf16_build(name: str, target: tvm.target.Target) -> tuple[torch.nn.Module, torch.Tensor, databases.Database, CompiledModel]:
