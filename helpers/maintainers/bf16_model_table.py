@@ -40,10 +40,12 @@ class Bfloat16Weights(torch.nn.Module):
 def require_bf16(target: tvm.target.Target) -> None:
     """Stop with the reason where ``target`` has no AVX-512 BF16: TVM's bf16 builds cannot run there."""
     if not bf16.has_bf16(target):
-        raise SystemExit(f"{target.attrs.get('mcpu', machine.cpu_name())} has no AVX-512 BF16 (vdpbf16ps): TVM's bf16 builds do not run here.")
+        raise SystemExit(f"{target.attrs.get('mcpu', machine.cpu_name())} has no AVX-512 BF16 (vdpbf16ps): "
+                         "TVM's bf16 builds do not run here.")
 
 
-def tuned_bf16_build(name: str, target: tvm.target.Target) -> tuple[torch.nn.Module, torch.Tensor, databases.Database, CompiledModel]:
+def tuned_bf16_build(name: str, target: tvm.target.Target
+                     ) -> tuple[torch.nn.Module, torch.Tensor, databases.Database, CompiledModel]:
     """The float model ``name``, the input every bf16 measurement uses, and its bf16 build (``bf16_model.import_bf16``)
     with the database ``databases.choose`` picks for ``target`` (none tuned if missing): (model, x, database, build)."""
     model, _ = quantize.float_model(name)

@@ -59,10 +59,11 @@ def _end_to_end(compiled, model, x, exported: bytes, repeats: int) -> dict[str, 
 
 def _report(tables: dict, name: str, target, save: bool, **about) -> None:
     """Each table's totals, its kinds of layer and where TVM loses most, printed; kept under results/ with ``save``."""
+    kinds = {engine: layer_compare.by_kind(frame).round(3) for engine, frame in tables.items()}
     for engine, frame in tables.items():
         ours, theirs = [c for c in frame.columns if c.endswith(" ms")]
         print(f"\nagainst {engine}: {frame[ours].sum():.2f} ms against {frame[theirs].sum():.2f}, by kind of layer:")
-        print(layer_compare.by_kind(frame).round(3).to_string(index=False))
+        print(kinds[engine].to_string(index=False))
         print("where TVM loses most:")
         print(layer_compare.where_time_is_lost(frame, 8).round(3).to_string(index=False))
     if save:
@@ -70,6 +71,5 @@ def _report(tables: dict, name: str, target, save: bool, **about) -> None:
         save_record(path, machine=machine.describe().as_dict(), target=str(target), imitated=machine.is_imitated(target),
                     **about, **{f"layers against {engine}": frame.round(3).to_dict(orient="records")
                                 for engine, frame in tables.items()},
-                    **{f"by kind against {engine}": layer_compare.by_kind(frame).round(3).to_dict(orient="records")
-                       for engine, frame in tables.items()})
+                    **{f"by kind against {engine}": kind.to_dict(orient="records") for engine, kind in kinds.items()})
         print(f"saved {path}")
