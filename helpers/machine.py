@@ -88,15 +88,36 @@ def physical_core_count(
     return len(cpus)
 
 
+# The kernel's name (``/proc/cpuinfo``'s flags) and LLVM's for the vector instructions the course's kernels use
+# or look for. LLVM names a CPU from its model number, and a virtual machine may show an older model's number on a
+# newer part: a Xeon with AMX and AVX-512 BF16 shown as model 167 is named ``rocketlake``, which has neither.
+FLAG_FEATURES = {
+    "fma": "fma", "avx2": "avx2", "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512dq": "avx512dq",
+    "avx512vl": "avx512vl", "avx512_vnni": "avx512vnni", "avx_vnni": "avxvnni", "avx512_bf16": "avx512bf16",
+    "avx512_fp16": "avx512fp16", "amx_tile": "amx-tile", "amx_int8": "amx-int8", "amx_bf16": "amx-bf16",
+}
+
+
+def unnamed_features(mcpu: str | None = None, flags: set[str] | None = None) -> list[str]:
+    """LLVM features this CPU has (``flags``, default: this machine's) that LLVM's CPU ``mcpu`` lacks
+    (default: this machine's name for it): what ``cpu_target`` adds, so that no instruction the CPU
+    has is left out because of the name its model number gives it."""
+    flags = host_flags() if flags is None else flags
+    named = cpu_features(tvm.target.Target({"kind": "llvm", "mcpu": mcpu or cpu_name()}))
+    return sorted(feature for flag, feature in FLAG_FEATURES.items() if flag in flags and feature not in named)
+
+
 def cpu_target(num_cores: int | None = None) -> tvm.target.Target:
-    """The LLVM target for this host: the real CPU name and its core count."""
-    return tvm.target.Target(
-        {"kind": "llvm", "mcpu": cpu_name(), "num-cores": num_cores or core_count()}
-    )
+    """The LLVM target for this host: the real CPU name, the instructions it has beyond what that name
+    implies (``unnamed_features``, as ``mattr``; usually none), and its core count."""
+    attrs = {"kind": "llvm", "mcpu": cpu_name(), "num-cores": num_cores or core_count()}
+    if extra := unnamed_features():
+        attrs["mattr"] = [f"+{feature}" for feature in extra]
+    return tvm.target.Target(attrs)
 
 
 def cpu_features(target: tvm.target.Target | None = None) -> set[str]:
-    """LLVM feature names of the target's CPU (``avx512f``, ``avx2``, ...)."""
+    """LLVM feature names of the target's CPU and its ``mattr`` (``avx512f``, ``avx2``, ...)."""
     return {str(f) for f in codegen.llvm_get_cpu_features(target or cpu_target())}
 
 

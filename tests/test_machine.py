@@ -1,7 +1,7 @@
 import pytest
 import tvm
 
-from helpers import machine
+from helpers import bf16, machine
 from helpers.errors import NoGPUError
 
 
@@ -81,6 +81,18 @@ def test_a_client_cpu_name_with_a_server_parts_amx_gets_the_server_parts_units(t
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx512f amx_tile\n")
     assert {"avx512f", "amx_tile"} <= machine.host_flags(cpuinfo) and machine.host_flags(tmp_path / "none") == set()
+
+
+def test_instructions_a_cpu_has_beyond_its_llvm_name_join_the_target():
+    # A Xeon with AMX and AVX-512 BF16 whose virtual machine shows model 167: LLVM says rocketlake, which has neither.
+    xeon_flags = {"avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}
+    assert machine.unnamed_features("rocketlake", xeon_flags) == ["amx-bf16", "amx-int8", "amx-tile", "avx512bf16"]
+    assert machine.unnamed_features("sapphirerapids", xeon_flags) == []  # the right name implies them all
+    assert machine.unnamed_features("znver4", {"avx512_bf16", "sse2", "made_up"}) == []  # unknown flags ignored
+    # This machine: the target has AVX-512 BF16 exactly when the CPU does, whatever LLVM calls it.
+    target = machine.cpu_target()
+    assert bf16.has_bf16(target) == ("avx512_bf16" in machine.host_flags())
+    assert ("mattr" in target.attrs) == bool(machine.unnamed_features())
 
 
 def test_fma_throughput_of_this_machine_uses_its_cpu():
