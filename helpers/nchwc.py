@@ -209,7 +209,7 @@ def _inline_epilogue(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockR
 ROWS_FIRST_MAX_WEIGHT_RATIO = 8
 
 
-def _split_by_rows(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> bool:
+def split_by_rows(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> bool:
     """Whether the cores split ``conv``'s output by rows (True) or by channel blocks: by rows unless
     its weights are over ``ROWS_FIRST_MAX_WEIGHT_RATIO`` times its input activations."""
     data, weight = (sch.get(conv).reads[i].source for i in (0, 1))  # as ``schedule_conv2d_nchwc`` reads them
@@ -252,13 +252,13 @@ def schedule_conv2d_nchwc(sch: s_tir.Schedule, max_row: int = 16, max_blocks: in
     loads ``blocks`` weight vectors and broadcasts one input value per pixel. The element-wise work after
     the convolution (BatchNorm, ReLU, SiLU, a residual add) is inlined into one block that writes the finished
     tile; the padding is its own parallel, vectorized pass. The cores split the output by rows, or by
-    channel blocks where the weights outweigh the input (``_split_by_rows``: a choice the search cannot
+    channel blocks where the weights outweigh the input (``split_by_rows``: a choice the search cannot
     make, since a kernel timed alone runs as fast either way). The search picks ``row`` (at most ``max_row``
     pixels: ``sample_row``) and ``blocks`` (a divisor of the channel blocks, at most ``max_blocks``); nothing
     else varies, so a few dozen trials explore the whole space that MetaSchedule's generic tiling rarely reaches.
     """
     conv = sch.get_sblock(CONV_BLOCK)
-    by_rows = _split_by_rows(sch, conv)
+    by_rows = split_by_rows(sch, conv)
     out = _inline_epilogue(sch, conv)
     _vectorize_padding(sch, conv, by_rows)
     in_block = int(sch.get(conv).reads[0].source.shape[-1])

@@ -4,7 +4,8 @@ bf16``): the first step of a bf16 build on CPUs with AVX-512 BF16 (issue 50).
 For each matrix product ``[m, k] x [k, n]`` (pointwise convolutions' and a GPT-2-small layer's),
 MetaSchedule tunes the product twice with the same budget, in bf16 around ``bf16.BF16_INTRIN`` (``vdpbf16ps``,
 ``bf16.bf16_space``) and in float32 with LLVM's default space, and times both beside PyTorch's ``matmul``
-in float32 and in bfloat16 (oneDNN's kernels), in one run.
+in float32 and in bfloat16 (oneDNN's kernels), in one run. On a CPU with AMX (``amx.has_amx``) the product on
+AMX tiles (``amx.matmul_amx``, written by hand, not tuned) joins them.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import tvm
 from tvm import relax, te
 from tvm.s_tir import meta_schedule as ms
 
-from .. import bf16, kernels, machine, timing, tuning
+from .. import amx, bf16, kernels, machine, timing, tuning
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 
 SHAPES = ((196, 256, 512), (3136, 144, 24), (64, 3072, 768))  # (m, n, k): 14x14 pixels, 512 to 256 channels; MobileNetV2's 56x56 expansion; GPT-2 small's MLP over 64 tokens
 ENGINES = ("TVM float32 tuned", "TVM bf16 tuned", "PyTorch float32", "PyTorch bf16")
+AMX_ENGINE = "TVM bf16 on AMX tiles"
 
 
 def matmul_f32(m: int, n: int, k: int) -> tvm.IRModule:
@@ -81,6 +83,15 @@ def kernel_runners(m: int, n: int, k: int, trials: int, target: tvm.target.Targe
 
     runners = {ENGINES[0]: tvm_call(f32_kernel, f32_args), ENGINES[1]: tvm_call(bf16_kernel, bf16_args),
                ENGINES[2]: lambda: torch.matmul(ta, tw.T), ENGINES[3]: lambda: torch.matmul(tab, twb.T)}
+    if amx.has_amx(target) and m >= amx.BLOCK_ROWS:  # (its one shape of task: 32 rows)
+        amx.request_tiles()
+        tiles = tvm.compile(amx.matmul_amx(m, n, k), target=target)["main"]
+        amx_args = bf16_args + [tvm.runtime.tensor(np.zeros((m, n), np.float32), device)]
+
+        def run_amx():
+            tiles(*amx_args)
+            return amx_args[2]
+        runners[AMX_ENGINE] = run_amx
     want = a.astype(np.float64) @ w.astype(np.float64).T
     errors = {}
     for label, run in runners.items():
@@ -118,7 +129,9 @@ def format_bf16(result: dict, machine_summary: str) -> str:
                          f"{mark}{bf16_ms / r['median_ms']:.2f}x | {row['errors'][label]:.1e} |")
     lines += ["", f"Each product tuned by MetaSchedule with {result['trials']} trials in float32 (LLVM's space) and in bf16 "
               "(bf16.bf16_space: tiles around vdpbf16ps); PyTorch's torch.matmul in float32 and on bfloat16 tensors. "
-              "Errors against float64 on the float32 inputs (bf16 rounds the inputs: about 1e-3). "
+              + (f"{AMX_ENGINE}: amx.matmul_amx, written by hand (two 16 x 16 tiles of sums kept across the reduction), "
+                 "not tuned. " if any(AMX_ENGINE in row["engines"] for row in result["rows"]) else "")
+              + "Errors against float64 on the float32 inputs (bf16 rounds the inputs: about 1e-3). "
               f"{UNRELIABLE_MARK.strip()} marks a timing whose spread is over a quarter of its median: noise, not a result."]
     return "\n".join(lines)
 
