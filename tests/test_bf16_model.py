@@ -7,7 +7,7 @@ import pytest
 import torch
 import tvm
 
-from helpers import bf16, bf16_model, build, export, ir, machine, models, quantize, tuning
+from helpers import amx, bf16, bf16_model, build, export, ir, machine, models, quantize, tuning
 from helpers.errors import CourseError
 
 from shipped_databases import assert_every_kernel_covered
@@ -142,16 +142,38 @@ def test_the_depthwise_schedule_keeps_the_kernels_numbers_whatever_tiles_it_samp
 @needs_bf16
 def test_tuning_puts_vdpbf16ps_into_the_products_and_keeps_the_numbers(small, tmp_path):
     _, half, x = small
+    target = amx.without_tiles(TARGET) if amx.has_amx(TARGET) else TARGET  # (with AMX the products are not tuned)
     untuned = build.compile_model(half)(x)
-    tuning.tune(half.mod, TARGET, tmp_path / "db", max_trials_per_task=2, progress=False, space_for=bf16_model.space_for)
-    executable = tuning.build_tuned(half.mod, TARGET, tmp_path / "db")
+    tuning.tune(half.mod, target, tmp_path / "db", max_trials_per_task=2, progress=False, space_for=bf16_model.space_for)
+    executable = tuning.build_tuned(half.mod, target, tmp_path / "db")
     db = tuning.load_database(tmp_path / "db")
-    for task in tuning.extract_tasks(build.fuse(half.mod, TARGET), TARGET):
+    for task in tuning.extract_tasks(build.fuse(half.mod, target), target):
         if bf16_model.is_bf16_kernel(task):  # every product, the stem's included, on the instruction
             best = db.get_top_k(db.commit_workload(task.dispatched[0]), 1)
             assert best and bf16.BF16_INTRIN in str(best[0].trace), task.task_name
     executable.export_library(str(tmp_path / "bf16.so"))
     assert export.instruction_counts(tmp_path / "bf16.so", ["vdpbf16ps"])["vdpbf16ps"] > 0
+    tuned = build.load_executable(executable, half, target)(x)
+    assert build.relative_error(tuned, untuned) < 1e-5  # the same products, summed in another order
+
+
+@pytest.mark.skipif(not amx.has_amx(TARGET), reason=f"{machine.cpu_name()} has no AMX")
+def test_with_amx_every_convolution_goes_onto_tiles_untuned_and_keeps_the_numbers(small, tmp_path):
+    _, half, x = small
+    untuned = build.compile_model(half)(x)
+    from helpers.tuning.tasks import prepare
+
+    fused = build.fuse(half.mod, TARGET)
+    convolutions = {gv.name_hint for gv, f in fused.functions.items()
+                    if isinstance(f, tvm.tirx.PrimFunc) and amx.tile_schedule_for(f) is not None}
+    prepared = prepare(half.mod, TARGET, prepack=False)
+    on_tiles = {gv.name_hint for gv, f in prepared.functions.items() if "tdpbf16ps" in str(f)}
+    assert len(convolutions) >= 2 and on_tiles == convolutions  # the stem and the pointwise ones, all on tiles
+    assert not any(bf16_model.is_bf16_kernel(task) for task in tuning.extract_tasks(prepared, TARGET))  # none tuned
+    tuning.tune(half.mod, TARGET, tmp_path / "db", max_trials_per_task=1, progress=False, space_for=bf16_model.space_for)
+    executable = tuning.build_tuned(half.mod, TARGET, tmp_path / "db")
+    executable.export_library(str(tmp_path / "bf16.so"))
+    assert export.instruction_counts(tmp_path / "bf16.so", ["tdpbf16ps"])["tdpbf16ps"] > 0
     tuned = build.load_executable(executable, half, TARGET)(x)
     assert build.relative_error(tuned, untuned) < 1e-5  # the same products, summed in another order
 

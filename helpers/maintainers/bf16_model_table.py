@@ -14,15 +14,17 @@ from collections.abc import Sequence
 import torch
 import tvm
 
-from .. import bf16, bf16_model, databases, kernels, machine, models, peers, quantize, timing
+from .. import amx, bf16, bf16_model, databases, kernels, machine, models, peers, quantize, timing
 from ..build import CompiledModel, check_parity
 from .report import UNRELIABLE_MARK, load_average, print_and_keep
 
 IMAGES = 32
 MODELS = ("mobilenet_v2", "resnet50")  # those with a shipped bf16 database
 EAGER_BF16, FROZEN_BF16, TVM_FP32, TVM_BF16 = "PyTorch eager bf16", "torch.compile (freezing) bf16", "TVM tuned", "TVM bf16 tuned"
+TVM_BF16_VDP = "TVM bf16 tuned, AMX off (vdpbf16ps)"  # on a CPU with AMX: what the tiles buy, in the same run
 PRECISION = {peers.EAGER: "f32", peers.FROZEN: "f32", peers.ORT: "f32", peers.OPENVINO: "f32", TVM_FP32: "f32",
-             EAGER_BF16: "bf16", FROZEN_BF16: "bf16", TVM_BF16: "bf16 (convolutions without groups), f32 elsewhere"}
+             EAGER_BF16: "bf16", FROZEN_BF16: "bf16", TVM_BF16: "bf16 (convolutions without groups), f32 elsewhere",
+             TVM_BF16_VDP: "bf16 (convolutions without groups), f32 elsewhere"}
 
 
 class Bfloat16Weights(torch.nn.Module):
@@ -70,6 +72,9 @@ def bf16_model_run(name: str, repeats: int = 30, images: int = IMAGES, target: t
     lower = {EAGER_BF16: lambda i: eager_bf16(i).numpy(), FROZEN_BF16: lambda i: frozen_bf16(i).numpy(), TVM_BF16: tvm_bf16}
     runners = {**found.runners, TVM_FP32: timing.tvm_runner(tvm_fp32, x), EAGER_BF16: timing.torch_runner(eager_bf16, x),
                FROZEN_BF16: timing.torch_runner(frozen_bf16, x), TVM_BF16: timing.tvm_runner(tvm_bf16, x)}
+    if amx.has_amx(target):
+        _, _, _, tvm_vdp = tuned_bf16_build(name, amx.without_tiles(target))
+        lower[TVM_BF16_VDP], runners[TVM_BF16_VDP] = tvm_vdp, timing.tvm_runner(tvm_vdp, x)
     precision = dict(PRECISION)
     if ov_default is not None:
         label, run, _ = ov_default
@@ -85,6 +90,7 @@ def bf16_model_run(name: str, repeats: int = 30, images: int = IMAGES, target: t
     return {"model": name, "batch": 1, "held_out_images": images, "accuracy": accuracy,
             "rows": quantize.tradeoff_rows(timings, top1, baseline=peers.EAGER), "precision": precision,
             "databases": {"bf16": bf16_db.label(), "fp32": fp32_db.label()}, "missing": found.missing,
+            "products": "AMX tiles with tdpbf16ps (amx.schedule_products)" if amx.has_amx(target) else "vdpbf16ps",
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
 
@@ -109,7 +115,7 @@ def format_bf16_model(result: dict) -> str:
     lower = [b for b in by_ms if "bf16" in result["precision"][b]]
     floats = [b for b in by_ms if b not in lower]
     fastest_float, fastest_lower = min(floats, key=by_ms.get), min(lower, key=by_ms.get)
-    other = min((b for b in lower if b != TVM_BF16), key=by_ms.get)
+    other = min((b for b in lower if not b.startswith(TVM_BF16)), key=by_ms.get)
     tvm = by_ms[TVM_BF16]
     lines += ["", f"Fastest float32 engine: {fastest_float} ({by_ms[fastest_float]:.2f} ms). Fastest bf16 engine: "
               f"{fastest_lower} ({by_ms[fastest_lower]:.2f} ms). TVM bf16 tuned runs at {by_ms[other] / tvm:.2f}x the "
@@ -117,11 +123,13 @@ def format_bf16_model(result: dict) -> str:
               "",
               f"Batch 1, one run, timed in alternating blocks; agreement and error on {result['held_out_images']} "
               "held-out inputs (seeded noise, not images) against float32 eager. TVM bf16: every convolution without groups on "
-              "vdpbf16ps (bf16 weights and inputs, float32 sums), the depthwise ones reading bf16 inputs and computing in "
+              f"{result.get('products', 'vdpbf16ps')}: bf16 weights and inputs, float32 sums; the depthwise ones reading bf16 inputs and computing in "
               "float32, channels last, the activations stored as bf16 between kernels where a convolution reads them, "
               "everything else float32 (bf16_model.convs_to_bf16). PyTorch bf16: the model's weights in bfloat16, eager and compiled by "
               "Inductor with freezing. OpenVINO's default: the plugin's own choice on this CPU. "
-              f"{UNRELIABLE_MARK.strip()} marks a timing whose spread is over a quarter of its median: noise, not a result.",
+              + (f"{TVM_BF16_VDP}: the same build with its convolutions on vdpbf16ps (the tuned schedules), for what the "
+                 "tiles buy. " if TVM_BF16_VDP in by_ms else "")
+              + f"{UNRELIABLE_MARK.strip()} marks a timing whose spread is over a quarter of its median: noise, not a result.",
               f"Databases: bf16 {result['databases']['bf16']}; fp32 {result['databases']['fp32']}."]
     for label, why in result.get("missing", {}).items():
         lines.append(f"{label}: not measured ({why}).")

@@ -15,7 +15,7 @@ import tvm_ffi
 from tvm import relax
 from tvm.s_tir import meta_schedule as ms
 
-from .. import cache, nchwc
+from .. import amx, cache, nchwc
 from ..errors import CourseError
 from .intrinsics import import_tensor_intrinsics
 
@@ -25,6 +25,7 @@ _HERE = Path(__file__).resolve().parent
 BUILD_CODE = [
     _HERE / "tasks.py", _HERE / "apply.py", _HERE / "records.py", _HERE / "settings.py", _HERE / "intrinsics.py",
     _HERE.parent / "build.py", _HERE.parent / "nchwc.py", _HERE.parent / "int8.py", _HERE.parent / "bf16.py",
+    _HERE.parent / "amx.py",
 ]
 
 
@@ -57,6 +58,8 @@ def prepared_key(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, la
 def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str) -> tvm.IRModule:
     fused = nchwc.fuse(mod, target, layout)
     fused = relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
+    if amx.has_amx(target):  # a bf16 model's 1x1 convolutions on AMX tiles, scheduled by hand, not tuned
+        fused = amx.schedule_products(fused)
     return fused if nchwc.block_of(layout) is None else nchwc.schedule_blocked_elementwise(fused)
 
 
@@ -112,9 +115,16 @@ def kernels_by_shape(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool
 
 
 def extract_tasks(prepared: tvm.IRModule, target: tvm.target.Target) -> list:
-    """The module's kernels to tune (already scheduled ones have nothing to tune)."""
+    """The module's kernels to tune (already scheduled ones have nothing to tune: the mark is the kernel's own
+    attribute, which MetaSchedule's extraction keeps on the function, not on the task's module)."""
     tasks = ms.relax_integration.extract_tasks(prepared, target)
-    return [t for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False)]
+    return [t for t in tasks if not t.mod.attrs.get("tirx.is_scheduled", False) and not _is_scheduled(t.dispatched[0])]
+
+
+def _is_scheduled(kernel: tvm.IRModule) -> bool:
+    """Whether a task's kernel is marked scheduled (``tirx.is_scheduled``) by the course's own schedules."""
+    attrs = kernel["main"].attrs
+    return bool(attrs is not None and attrs.get("tirx.is_scheduled", False))
 
 
 def tunable_tasks(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str = nchwc.PLAIN) -> list:
