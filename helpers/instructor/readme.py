@@ -88,25 +88,31 @@ def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
     from .. import peers  # (TVM and torch, as in answer)
     from ..maintainers import bf16_model_table as bf16_table  # (the same)
 
-    against_openvino, against_float, names, where = [], [], [], []
+    clauses, names = [], []
     for table in tables:
         path = results / f"bf16-model-{table['machine']['cpu']}-{table['machine']['cores']}cores.json"
         if not path.is_file():
             continue
-        where.append(machine_name(table["machine"]))
+        against_openvino, against_float, products = [], [], "`vdpbf16ps`"
         for model in json.loads(path.read_text())["models"]:
             ms = {r["backend"]: r["median_ms"] for r in model["rows"]}
             openvino = next((b for b in ms if b.startswith(peers.OPENVINO + peers.DEFAULT_PRECISION)), None)
             names.append(MODELS.get(model["model"], model["model"]))
+            products = "AMX tiles" if model.get("products", "").startswith("AMX") else products
             against_float.append(ms[bf16_table.TVM_FP32] / ms[bf16_table.TVM_BF16])
             if openvino:
                 against_openvino.append(ms[openvino] / ms[bf16_table.TVM_BF16])
-    if not against_float:
+        clauses.append(f"{span(against_float)} as fast as TVM in float32"
+                       + (f" and {span(against_openvino)} the speed of OpenVINO's bf16" if against_openvino else "")
+                       + f" on the {machine_name(table['machine'])}, its convolutions on {products}")
+    if not clauses:
         return ""
-    span = lambda values: f"{min(values):.2f}x to {max(values):.2f}x" if len(values) > 1 else f"{values[0]:.2f}x"  # noqa: E731
-    return (f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}, its convolutions on `vdpbf16ps`) runs "
-            f"{span(against_float)} as fast as TVM in float32 on the {' and the '.join(where)}"
-            + (f", and {span(against_openvino)} the speed of OpenVINO's bf16." if against_openvino else "."))
+    return f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}) runs {'; '.join(clauses)}."
+
+
+def span(values: list[float]) -> str:
+    """Ratios as a range ("0.77x to 0.85x"), or the one ratio."""
+    return f"{min(values):.2f}x to {max(values):.2f}x" if len(values) > 1 else f"{values[0]:.2f}x"
 
 
 def opening(day: str, course: Path = REPO) -> tuple[str, str]:
