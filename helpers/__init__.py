@@ -44,6 +44,7 @@ notebooks and checks this table), and what each owns:
     quantize        12                            post-training int8 quantization of pointwise convolutions
     bf16            12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here
     bf16_model      12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
+    amx             12                            bfloat16 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
     dispatch        7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
     errors          14                            the errors the course raises on bad input
     transformer     14                            a small GPT: symbolic length, buckets, decoding with a KV cache

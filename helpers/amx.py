@@ -17,8 +17,9 @@ TVM 0.27 has no AMX schedule or tensor intrinsic, but its TIR can call any LLVM 
 The weights are packed as for ``vdpbf16ps`` (``bf16.pack_weight``: ``[N/16, K/2, 16, 2]``): a 16 x 16 x 2 slice
 of it is exactly the right-hand tile ``tdpbf16ps`` reads, 64 contiguous bytes per row.
 
-Linux lends a process the tiles' 8 KB of state only when asked (``request_tiles``); without it the first
-tile instruction kills the process with SIGILL.
+Linux lends a process the tiles' 8 KB of state only when asked; without it the first tile instruction kills
+the process with SIGILL. The course's kernels ask themselves before they first load a configuration (so a library
+exported with them runs in any process); ``request_tiles`` asks from Python, with a clear error where Linux refuses.
 
 A bf16 model's convolutions (``bf16_model``) go onto the tiles through two tensor intrinsics that each cover a
 whole reduction (``product_intrinsic``, ``conv_intrinsic``), the sums staying in tile registers throughout:
@@ -27,6 +28,8 @@ thread's tiles hold another. ``schedule_products`` schedules them all by hand wh
 CPU with AMX (``tuning.tasks.prepare``).
 
 Measured by ``python -m helpers.maintainers.benchmark bf16`` and ``bf16-model`` on CPUs with AMX (issue 50).
+
+Introduced on Day 12.
 """
 
 from __future__ import annotations

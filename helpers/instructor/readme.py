@@ -22,7 +22,10 @@ from .grading import REPO, RELEASE, SOURCE, assignments
 # The benchmark tables the README answers from: the newest run of each CPU kind on the current databases.
 ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver4-2cores.json")
 CPU_NAMES = {"znver3": "AMD Zen 3", "znver4": "AMD Zen 4", "znver5": "AMD Zen 5",
-             "rocketlake": "Intel Xeon", "emeraldrapids": "Intel Xeon (5th generation)"}
+             "rocketlake": "Intel Xeon with AMX", "emeraldrapids": "Intel Xeon (5th generation)"}
+# Where LLVM's name for a reference machine would mislead a reader, said once under the table.
+CPU_NOTES = {"rocketlake": "LLVM names the Intel Xeon `rocketlake` after the model number its virtual machine shows; "
+                           "its instructions are a server Xeon's (AVX-512 BF16, AMX)."}
 MODELS = {"mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50", "efficientnet_b0": "EfficientNet-B0"}
 # A block on lines of its own (a table), or inside a line (a phrase): the markers stay where they are.
 BLOCK = re.compile(r"(<!-- (\w+):begin -->\n?).*?(\n?<!-- \2:end -->)", re.S)
@@ -70,7 +73,8 @@ def answer(results: Path = REPO / "results") -> str:
               f"the fastest float32 engine ({' or '.join(sorted(engines))}): speedup over the fastest PyTorch in bold, "
               f"then over the fastest engine, named; above 1 is faster.{not_measured} Batch 1, float32, medians of "
               "interleaved runs (≈: a timing too noisy to trust); the whole tables, with every engine, are in "
-              "[results/](results/README.md)."]
+              "[results/](results/README.md)."
+              + "".join(f" {CPU_NOTES[t['machine']['cpu']]}" for t in tables if t["machine"]["cpu"] in CPU_NOTES)]
     if lower:
         precisions = sorted({p for _, _, p, _ in lower})
         where = sorted({m for _, _, _, m in lower})
