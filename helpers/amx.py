@@ -287,14 +287,24 @@ def schedule_pointwise(sch: tvm.s_tir.Schedule) -> None:
     block = sch.get_sblock("C")
     epilogue = _epilogue(sch, block)
     b, h, w, n, k = sch.get_loops(block)
-    width, channels, depth = (int(sch.get(loop).extent) for loop in (w, n, k))
-    rows = max(d for d in range(1, ROWS + 1) if width % d == 0)
-    cols = 2 * LANES if channels % (2 * LANES) == 0 else LANES
-    tiles, pixels = sch.split(w, [None, rows])
-    groups, lanes = sch.split(n, [None, cols])
-    last = _order_tasks(sch, block, (b, h, tiles), groups, (pixels, lanes, k))
+    rows, cols, pixels = _tile_rows_and_channels(sch, block, epilogue, (b, h, w), n, (k,))
+    sch.tensorize(pixels, product_intrinsic(rows, cols, int(sch.get(k).extent)))
+
+
+def _tile_rows_and_channels(sch: tvm.s_tir.Schedule, block, epilogue: list, rows: tuple, channels, reduction: tuple):
+    """What ``schedule_pointwise`` and ``schedule_conv`` share: the output's ``rows`` (batch, row, column loops) and
+    ``channels`` split into tiles of up to 16 pixels (the widest that divide the width) by 32 channels (16 where 32
+    does not divide them), the tasks ordered (``_order_tasks``) and each tile's sums kept local (``_sums_per_tile``).
+    Returns (pixels per tile, channels per tile, the loop over a tile's pixels, for the caller to tensorize)."""
+    b, h, w = rows
+    width, count = int(sch.get(w).extent), int(sch.get(channels).extent)
+    per_tile = max(d for d in range(1, ROWS + 1) if width % d == 0)
+    cols = 2 * LANES if count % (2 * LANES) == 0 else LANES
+    tiles, pixels = sch.split(w, [None, per_tile])
+    groups, lanes = sch.split(channels, [None, cols])
+    last = _order_tasks(sch, block, (b, h, tiles), groups, (pixels, lanes, *reduction))
     _sums_per_tile(sch, block, epilogue, last, pixels)
-    sch.tensorize(pixels, product_intrinsic(rows, cols, depth))
+    return per_tile, cols, pixels
 
 
 # Split by rows, each core streams all the weights once per row of tiles: ResNet-50's 3x3 convolutions at 7x7
@@ -456,15 +466,9 @@ def schedule_conv(sch: tvm.s_tir.Schedule) -> None:
     sch.parallel(sch.fuse(n, h))
     sch.vectorize(c) if int(sch.get(c).extent) in (2, 4, 8, 16, 32, 64) else None
     b, i, j, o, ry, rx, rc = sch.get_loops(block)
-    width, channels = int(sch.get(j).extent), int(sch.get(o).extent)
     kernel, depth = (int(sch.get(ry).extent), int(sch.get(rx).extent)), int(sch.get(rc).extent)
     stride = _row_stride(sch, block)
-    rows = max(d for d in range(1, ROWS + 1) if width % d == 0)
-    cols = 2 * LANES if channels % (2 * LANES) == 0 else LANES
-    tiles, pixels = sch.split(j, [None, rows])
-    groups, lanes = sch.split(o, [None, cols])
-    last = _order_tasks(sch, block, (b, i, tiles), groups, (pixels, lanes, ry, rx, rc))
-    _sums_per_tile(sch, block, epilogue, last, pixels)
+    rows, cols, pixels = _tile_rows_and_channels(sch, block, epilogue, (b, i, j), o, (ry, rx, rc))
     sch.tensorize(pixels, conv_intrinsic(rows, cols, kernel, depth, stride))
 
 
