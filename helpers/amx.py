@@ -1,4 +1,4 @@
-"""bfloat16 matrix products on AMX tiles (Intel Xeons from Sapphire Rapids on), written in TensorIR.
+"""bfloat16 and int8 matrix products on AMX tiles (Intel Xeons from Sapphire Rapids on), written in TensorIR.
 
 AMX gives each core eight tile registers of up to 16 rows x 64 bytes and one instruction, ``tdpbf16ps``,
 that multiplies a 16 x 32 tile of bfloat16 by a 32 x 16 one and adds the 16 x 16 float32 result into a
@@ -22,12 +22,13 @@ the process with SIGILL. The course's kernels ask themselves before they first l
 exported with them runs in any process); ``request_tiles`` asks from Python, with a clear error where Linux refuses.
 
 A bf16 model's convolutions (``bf16_model``) go onto the tiles through two tensor intrinsics that each cover a
-whole reduction (``product_intrinsic``, ``conv_intrinsic``), the sums staying in tile registers throughout:
-loading the configuration costs 50 ns on a Xeon, so it is loaded only where ``sttilecfg`` (5 ns) says the
-thread's tiles hold another. ``schedule_products`` schedules them all by hand when a module is prepared for a
+whole reduction (``product_intrinsic``, ``conv_intrinsic``), the sums staying in tile registers throughout; the
+int8 model's 1x1 convolutions (``quantize``) through the first, in integers (``INT8``: ``tdpbusd``, uint8 by int8
+into int32 sums, on ``int8.pack_weight``'s 16 x 4 tiles). Loading the tiles' configuration costs 50 ns on a
+Xeon, so it is loaded only where ``sttilecfg`` (5 ns) says the thread's tiles hold another. ``schedule_products`` schedules them all by hand when a module is prepared for a
 CPU with AMX (``tuning.tasks.prepare``).
 
-Measured by ``python -m helpers.maintainers.benchmark bf16`` and ``bf16-model`` on CPUs with AMX (issue 50).
+Measured by ``python -m helpers.maintainers.benchmark bf16``, ``bf16-model`` and ``int8`` on CPUs with AMX (issue 50).
 
 Introduced on Day 12.
 """
@@ -35,6 +36,7 @@ Introduced on Day 12.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import platform
 
 import tvm
@@ -42,7 +44,7 @@ from tvm.script import tirx as T
 
 from .bf16 import LANES, PAIR
 from .errors import CourseError
-from .nchwc import split_by_rows
+from .nchwc import inline_epilogue, split_by_rows
 
 ROWS, COLS_BYTES = 16, 64  # a tile: at most 16 rows of 64 bytes (32 bf16 or 16 float32)
 K_STEP = 32  # bfloat16 values along the reduction per tdpbf16ps (a row of the left tile)
@@ -51,9 +53,50 @@ _C0, _C1, _A0, _A1, _B, _A0_TAIL, _A1_TAIL, _B_TAIL = range(8)  # the eight tile
 _ARCH_PRCTL, _GET_PERM, _REQ_PERM, _XTILEDATA = 158, 0x1022, 0x1023, 18  # Linux x86-64's arch_prctl
 
 
-def has_amx(target: tvm.target.Target) -> bool:
-    """True when ``target``'s CPU has AMX tiles with bfloat16 products (Intel Xeons from Sapphire Rapids on)."""
-    return all(tvm.target.codegen.target_has_features(f, target) for f in ("amx-tile", "amx-bf16"))
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What a tile product multiplies: the element types, how many reduction values a weight tile packs per column
+    (``group``: 2 bf16 or 4 int8, in 4 bytes), the sums' type and the instruction (``tdpbf16ps`` or ``tdpbusd``)."""
+
+    name: str
+    left: str  # the activations' dtype in the kernel (bf16 as its bits)
+    right: str  # the packed weight's dtype
+    group: int
+    sums: str
+    instruction: str
+    feature: str  # the target feature that has the instruction
+
+    @property
+    def k_step(self) -> int:
+        """Reduction values per instruction: a left tile's row of 64 bytes."""
+        return COLS_BYTES // self.element_bytes
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes per value: ``group`` values fill one 4-byte column of a weight tile."""
+        return 4 // self.group
+
+    def product(self, a, w):
+        """One multiply-add's product in the sums' type, for the tensor intrinsic's description."""
+        if self.name == "int8":
+            return T.Cast("int32", a) * T.Cast("int32", w)
+        return T.reinterpret("float32", T.shift_left(T.Cast("uint32", a), T.uint32(16))) \
+            * T.reinterpret("float32", T.shift_left(T.Cast("uint32", w), T.uint32(16)))
+
+
+BF16 = Kind("bf16", "uint16", "uint16", PAIR, "float32", "llvm.x86.tdpbf16ps", "amx-bf16")
+INT8 = Kind("int8", "uint8", "int8", 4, "int32", "llvm.x86.tdpbusd", "amx-int8")
+
+
+def has_amx(target: tvm.target.Target, kind: Kind = BF16) -> bool:
+    """True when ``target``'s CPU has AMX tiles with ``kind``'s products (bf16 or int8: Intel Xeons from Sapphire
+    Rapids on have both)."""
+    return all(tvm.target.codegen.target_has_features(f, target) for f in ("amx-tile", kind.feature))
+
+
+def kinds_on(target: tvm.target.Target) -> tuple[Kind, ...]:
+    """The kinds of tile product ``target``'s CPU has (none without AMX)."""
+    return tuple(kind for kind in (BF16, INT8) if has_amx(target, kind))
 
 
 def without_tiles(target: tvm.target.Target) -> tvm.target.Target:
@@ -157,7 +200,7 @@ def matmul_amx(m: int, n: int, k: int) -> tvm.IRModule:
     return tvm.IRModule({"main": main})
 
 
-# ------------------------------------------------------------------ the bf16 model's 1x1 convolutions on tiles
+# ------------------------------------------------------------------ a model's convolutions on tiles
 
 def _ensure_config_ir(name: str, config: bytes) -> str:
     """LLVM IR of ``name()``: load ``config`` into the tiles unless it is the one loaded already (``sttilecfg``
@@ -190,62 +233,69 @@ done:
 """
 
 
-def product_config(rows: int, k: int) -> bytes:
-    """The tiles of ``product_intrinsic``: two ``rows`` x 16 float32 tiles of sums (0, 1), a ``rows`` x 32 bf16
-    tile of inputs (2), two 16-pair weight tiles (3, 4), and for the last ``k % 32`` values of the reduction
-    an input tile (5) and two weight tiles (6, 7) of that length."""
-    tail = k % K_STEP
-    return _config_bytes([(rows, COLS_BYTES)] * 3 + [(K_STEP // PAIR, COLS_BYTES)] * 2 + [(rows, 2 * tail)]
-                         + [(tail // PAIR, COLS_BYTES)] * 2)
 
 
-def product_intrinsic(rows: int, cols: int, k: int) -> str:
-    """Register (idempotent) and name the tensor intrinsic for ``rows`` x ``cols`` float32 sums of a product over
-    all ``k`` bf16 values: ``C[i, j] += A[i, :] . W[j, :]``, ``A`` ``rows`` x ``k`` bits a row stride apart, ``W``
-    packed ``[cols/16, k/2, 16, 2]``. Its code keeps the sums in tile registers across the whole reduction:
-    ``cols`` is 16 or 32 (one or two tiles of sums), ``rows`` at most 16."""
+def product_config(rows: int, k: int, kind: Kind = BF16) -> bytes:
+    """The tiles of ``product_intrinsic``: two ``rows`` x 16 tiles of 32-bit sums (0, 1), a ``rows`` x 64-byte
+    tile of inputs (2), two weight tiles of 16 rows (3, 4), and for the last ``k % k_step`` values of the
+    reduction an input tile (5) and two weight tiles (6, 7) of that length."""
+    tail = k % kind.k_step
+    return _config_bytes([(rows, COLS_BYTES)] * 3 + [(kind.k_step // kind.group, COLS_BYTES)] * 2
+                         + [(rows, kind.element_bytes * tail)] + [(tail // kind.group, COLS_BYTES)] * 2)
+
+
+def _configure(rows: int, k: int, kind: Kind) -> tuple[str, str]:
+    """The name and LLVM IR of the function an intrinsic calls first: ``product_config``'s tiles, loaded if need be."""
+    name = f"course_amx_{kind.name}_tiles_{rows}_{k % kind.k_step}"
+    return name, _ensure_config_ir(name, product_config(rows, k, kind))
+
+
+def product_intrinsic(rows: int, cols: int, k: int, kind: Kind = BF16) -> str:
+    """Register (idempotent) and name the tensor intrinsic for ``rows`` x ``cols`` sums of a product over all ``k``
+    values: ``C[i, j] += A[i, :] . W[j, :]``, ``A`` ``rows`` x ``k`` a row stride apart, ``W`` packed
+    ``[cols/16, k/group, 16, group]`` (``bf16.pack_weight``, ``int8.pack_weight``). Its code keeps the sums in tile
+    registers across the whole reduction: ``cols`` is 16 or 32 (one or two tiles of sums), ``rows`` at most 16."""
     from tvm.s_tir import TensorIntrin
 
-    if cols not in (LANES, 2 * LANES) or not 0 < rows <= ROWS or k % PAIR:
-        raise CourseError(f"product_intrinsic takes rows 1-16, cols 16 or 32 and an even k; got {rows}, {cols}, {k}.")
-    name = f"course_amx_bf16_{rows}x{cols}x{k}"
-    configure = f"course_amx_tiles_{rows}_{k % K_STEP}"
-    ir = _ensure_config_ir(configure, product_config(rows, k))
-    steps, tail, half, blocks = k // K_STEP, k % K_STEP, k // PAIR, cols // LANES
+    group, k_step, size = kind.group, kind.k_step, kind.element_bytes
+    if cols not in (LANES, 2 * LANES) or not 0 < rows <= ROWS or k % group:
+        raise CourseError(f"product_intrinsic takes rows 1-16, cols 16 or 32 and k a multiple of {group}; "
+                          f"got {rows}, {cols}, {k}.")
+    name = f"course_amx_{kind.name}_{rows}x{cols}x{k}"
+    configure, ir = _configure(rows, k, kind)
+    steps, tail, depth, blocks = k // k_step, k % k_step, k // group, cols // LANES
 
     @T.prim_func(s_tir=True)
     def desc(a: T.handle, w: T.handle, c: T.handle) -> None:
         sa = T.int32()
         sc = T.int32()
-        A = T.match_buffer(a, (rows, k), "uint16", offset_factor=1, strides=[sa, 1])
-        W = T.match_buffer(w, (blocks, half, LANES, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1], scope="local")
+        A = T.match_buffer(a, (rows, k), kind.left, offset_factor=1, strides=[sa, 1])
+        W = T.match_buffer(w, (blocks, depth, LANES, group), kind.right, offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), kind.sums, offset_factor=1, strides=[sc, 1], scope="local")
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], W[0:blocks, 0:half, 0:LANES, 0:PAIR])
+            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], W[0:blocks, 0:depth, 0:LANES, 0:group])
             T.writes(C[0:rows, 0:cols])
             for i, j, r in T.grid(rows, cols, k):
                 with T.sblock("update"):
                     vi, vj, vr = T.axis.remap("SSR", [i, j, r])
-                    C[vi, vj] = C[vi, vj] + T.reinterpret("float32", T.shift_left(T.Cast("uint32", A[vi, vr]), T.uint32(16))) \
-                        * T.reinterpret("float32", T.shift_left(T.Cast("uint32", W[vj // LANES, vr // PAIR, vj % LANES, vr % PAIR]),
-                                                                 T.uint32(16)))
+                    C[vi, vj] = C[vi, vj] + kind.product(A[vi, vr], W[vj // LANES, vr // group, vj % LANES, vr % group])
 
     def load(tile, buffer, offset, stride_bytes):
         return T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(tile), buffer.access_ptr("r", offset=offset),
                                   stride_bytes)
 
     def dot(sums, left, right):
-        return T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(sums), T.uint8(left), T.uint8(right))
+        return T.call_llvm_intrin("void", kind.instruction, T.uint8(sums), T.uint8(left), T.uint8(right))
 
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle, c: T.handle) -> None:
         sa = T.int32()
         sc = T.int32()
-        A = T.match_buffer(a, (rows, k), "uint16", offset_factor=1, strides=[sa, 1])
-        W = T.match_buffer(w, (blocks, half, LANES, PAIR), "uint16", offset_factor=1)
-        C = T.match_buffer(c, (rows, cols), "float32", offset_factor=1, strides=[sc, 1], scope="local")
+        A = T.match_buffer(a, (rows, k), kind.left, offset_factor=1, strides=[sa, 1])
+        W = T.match_buffer(w, (blocks, depth, LANES, group), kind.right, offset_factor=1)
+        C = T.match_buffer(c, (rows, cols), kind.sums, offset_factor=1, strides=[sc, 1], scope="local")
         with T.sblock("root"):
-            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], W[0:blocks, 0:half, 0:LANES, 0:PAIR])
+            T.reads(C[0:rows, 0:cols], A[0:rows, 0:k], W[0:blocks, 0:depth, 0:LANES, 0:group])
             T.writes(C[0:rows, 0:cols])
             with T.attr(T.int32(0), "pragma_import_llvm", ir):
                 T.evaluate(T.call_extern("void", configure))
@@ -253,18 +303,18 @@ def product_intrinsic(rows: int, cols: int, k: int) -> str:
                 if blocks == 2:
                     T.evaluate(load(1, C, LANES, T.Cast("int64", sc) * T.int64(4)))
                 for step in T.serial(steps):
-                    T.evaluate(load(2, A, step * K_STEP, T.Cast("int64", sa) * T.int64(2)))
-                    T.evaluate(load(3, W, step * K_STEP * LANES, T.int64(COLS_BYTES)))
+                    T.evaluate(load(2, A, step * k_step, T.Cast("int64", sa) * T.int64(size)))
+                    T.evaluate(load(3, W, step * k_step * LANES, T.int64(COLS_BYTES)))
                     T.evaluate(dot(0, 2, 3))
                     if blocks == 2:
-                        T.evaluate(load(4, W, (half + step * (K_STEP // PAIR)) * LANES * PAIR, T.int64(COLS_BYTES)))
+                        T.evaluate(load(4, W, (k + step * k_step) * LANES, T.int64(COLS_BYTES)))
                         T.evaluate(dot(1, 2, 4))
                 if tail > 0:
-                    T.evaluate(load(5, A, steps * K_STEP, T.Cast("int64", sa) * T.int64(2)))
-                    T.evaluate(load(6, W, steps * K_STEP * LANES, T.int64(COLS_BYTES)))
+                    T.evaluate(load(5, A, steps * k_step, T.Cast("int64", sa) * T.int64(size)))
+                    T.evaluate(load(6, W, steps * k_step * LANES, T.int64(COLS_BYTES)))
                     T.evaluate(dot(0, 5, 6))
                     if blocks == 2:
-                        T.evaluate(load(7, W, (half + steps * (K_STEP // PAIR)) * LANES * PAIR, T.int64(COLS_BYTES)))
+                        T.evaluate(load(7, W, (k + steps * k_step) * LANES, T.int64(COLS_BYTES)))
                         T.evaluate(dot(1, 5, 7))
                 T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(0), C.access_ptr("w"),
                                               T.Cast("int64", sc) * T.int64(4)))
@@ -277,7 +327,8 @@ def product_intrinsic(rows: int, cols: int, k: int) -> str:
 
 
 def schedule_pointwise(sch: tvm.s_tir.Schedule) -> None:
-    """A bf16 1x1 convolution (``bf16_model.pointwise_bf16_compute``, block "C", channels last) on AMX tiles.
+    """A 1x1 convolution in bf16 or int8 (``bf16_model.pointwise_bf16_compute``, ``int8.matmul_u8s8_compute``,
+    block "C", channels last) on AMX tiles.
 
     The cores split the image's rows; each row goes in tiles of up to 16 pixels (the widest that divide the
     width) by 32 output channels (16 where they are not a multiple of 32), whose sums stay in tile registers
@@ -285,10 +336,11 @@ def schedule_pointwise(sch: tvm.s_tir.Schedule) -> None:
     clip, a residual, the rounding to bf16 of what the next convolution reads) is done on each finished
     tile, from the core's L1 cache, before it is written."""
     block = sch.get_sblock("C")
-    epilogue = _epilogue(sch, block)
+    kind = kind_of(sch.get(block))
+    epilogue = inline_epilogue(sch, block)
     b, h, w, n, k = sch.get_loops(block)
     rows, cols, pixels = _tile_rows_and_channels(sch, block, epilogue, (b, h, w), n, (k,))
-    sch.tensorize(pixels, product_intrinsic(rows, cols, int(sch.get(k).extent)))
+    sch.tensorize(pixels, product_intrinsic(rows, cols, int(sch.get(k).extent), kind))
 
 
 def _tile_rows_and_channels(sch: tvm.s_tir.Schedule, block, epilogue: list, rows: tuple, channels, reduction: tuple):
@@ -325,17 +377,6 @@ def _order_tasks(sch: tvm.s_tir.Schedule, block, rows: tuple, groups, tile: tupl
     return tiles
 
 
-def _epilogue(sch: tvm.s_tir.Schedule, block) -> list:
-    """The element-wise stages after ``block`` (bias, clip, a residual, a rounding to bits), all but the last
-    inlined into it: [the last] (or [] for a bare convolution)."""
-    epilogue = []
-    while consumers := sch.get_consumers(epilogue[-1] if epilogue else block):
-        epilogue.append(consumers[0])
-    for stage in epilogue[:-1]:
-        sch.compute_inline(stage)
-    return epilogue[-1:]
-
-
 def _sums_per_tile(sch: tvm.s_tir.Schedule, block, epilogue: list, groups, pixels) -> None:
     """The tile's sums in a local buffer, zeroed before its products; the element-wise work after the block done on
     each finished tile before it is written (a bare convolution gets a copy-out stage instead)."""
@@ -363,8 +404,7 @@ def conv_intrinsic(rows: int, cols: int, kernel: tuple[int, int], channels: int,
     # row of the kernel (28 values for a 7x7 stem) instead of one tap (4 values).
     merged = kw > 1 and kw * channels <= K_STEP
     depth = kw * channels if merged else channels
-    configure = f"course_amx_tiles_{rows}_{depth % K_STEP}"
-    ir = _ensure_config_ir(configure, product_config(rows, depth))
+    configure, ir = _configure(rows, depth, BF16)
     steps, tail, half, blocks = channels // K_STEP, channels % K_STEP, channels // PAIR, cols // LANES
     span = (rows - 1) * stride + kw  # the input columns a tile of output pixels reads
 
@@ -460,7 +500,7 @@ def schedule_conv(sch: tvm.s_tir.Schedule) -> None:
     ``schedule_pointwise``, tiles of output pixels along a row by 16 or 32 channels, their sums over every tap
     and input channel in tile registers (``conv_intrinsic``)."""
     block = sch.get_sblock("C")
-    epilogue = _epilogue(sch, block)
+    epilogue = inline_epilogue(sch, block)
     (pad,) = sch.get_producers(block)
     n, h, w, c = sch.get_loops(pad)
     sch.parallel(sch.fuse(n, h))
@@ -480,27 +520,39 @@ def _row_stride(sch: tvm.s_tir.Schedule, block) -> int:
     return next((s for s in range(1, padded + 1) if (padded - kernel) // s + 1 == out), 1)
 
 
+def kind_of(block: tvm.tirx.SBlock) -> Kind | None:
+    """The kind of tile product ``block`` computes, from what it reads: bf16 bits by bf16 bits (``BF16``),
+    uint8 by int8 (``INT8``); None for anything else."""
+    dtypes = sorted(str(r.source.dtype) for r in block.reads)
+    return next((kind for kind in (BF16, INT8) if dtypes == sorted([kind.left, kind.right])), None)
+
+
 def tile_schedule_for(func: tvm.tirx.PrimFunc):
-    """``schedule_pointwise`` for a kernel that computes ``bf16_model.pointwise_bf16_compute``, ``schedule_conv`` for
-    one that computes ``conv_bf16_compute`` (a block "C" reading bf16 bits and a weight packed in 16 x 2 tiles,
-    with 5 or 7 loops), None for any other kernel."""
+    """``schedule_pointwise`` for a kernel that computes ``bf16_model.pointwise_bf16_compute`` or
+    ``int8.matmul_u8s8_compute`` on a 4-D activation, ``schedule_conv`` for one that computes ``conv_bf16_compute``
+    (a block "C" reading an activation and a weight packed in tiles of 16 columns, with 5 or 7 loops), None for any
+    other kernel."""
     sch = tvm.s_tir.Schedule(func)
     try:
         block = sch.get_sblock("C")
     except tvm.s_tir.ScheduleError:  # (no block of that name)
         return None
-    shapes = [[int(d) for d in r.source.shape] for r in sch.get(block).reads if str(r.source.dtype) == "uint16"]
-    if len(shapes) != 2 or len(shapes[0]) != 4 or shapes[1][-2:] != [LANES, PAIR]:
+    kind = kind_of(sch.get(block))
+    if kind is None:
+        return None
+    shapes = [[int(d) for d in r.source.shape] for r in sch.get(block).reads]
+    if len(shapes[0]) != 4 or shapes[1][-2:] != [LANES, kind.group]:
         return None
     loops = len(sch.get_loops(block))
     if loops == 5 and len(shapes[1]) == 4:
         return schedule_pointwise
-    return schedule_conv if loops == 7 and len(shapes[1]) == 6 else None
+    return schedule_conv if kind is BF16 and loops == 7 and len(shapes[1]) == 6 else None
 
 
-def schedule_products(mod: tvm.IRModule) -> tvm.IRModule:
-    """Schedule each bf16 convolution of ``mod`` on AMX tiles (``tile_schedule_for``), once and for all: marked
-    scheduled, it is no longer tuned, and a database's records for it are not used. Other kernels are left."""
+def schedule_products(mod: tvm.IRModule, kinds: tuple[Kind, ...] = (BF16,)) -> tvm.IRModule:
+    """Schedule each convolution of ``mod`` whose products are of one of ``kinds`` (``kinds_on`` a target) on AMX
+    tiles (``tile_schedule_for``), once and for all: marked scheduled, it is no longer tuned, and a database's
+    records for it are not used. Other kernels are left."""
     mod = mod.clone()
     for gv, func in list(mod.functions.items()):
         if not isinstance(func, tvm.tirx.PrimFunc) or func.attrs.get("tirx.is_scheduled", False):
@@ -509,6 +561,8 @@ def schedule_products(mod: tvm.IRModule) -> tvm.IRModule:
         if schedule is None:
             continue
         sch = tvm.s_tir.Schedule(tvm.IRModule({"main": func}))
+        if kind_of(sch.get(sch.get_sblock("C"))) not in kinds:
+            continue
         schedule(sch)
         mod[gv] = sch.mod["main"].with_attr("tirx.is_scheduled", True)
     return mod

@@ -26,6 +26,7 @@ from tvm.s_tir import meta_schedule as ms
 from . import bf16, models, quantize
 from .errors import CourseError
 from .models import ImportedModel
+from .nchwc import inline_epilogue
 
 
 
@@ -214,11 +215,7 @@ def schedule_depthwise(sch: tvm.s_tir.Schedule) -> None:
     MetaSchedule's default space did not find this shape of loop nest in 16 trials (its MobileNetV2 kernels
     ran 1.1-3x slower on a Zen 4)."""
     block = sch.get_sblock("depthwise")
-    epilogue = []
-    while consumers := sch.get_consumers(epilogue[-1] if epilogue else block):
-        epilogue.append(consumers[0])
-    for stage in epilogue[:-1]:
-        sch.compute_inline(stage)
+    epilogue = inline_epilogue(sch, block)
     for producer in sch.get_producers(block):  # the padding: read in place, zero outside the map
         sch.compute_inline(producer)
     b, i, j, k, ry, rx = sch.get_loops(block)

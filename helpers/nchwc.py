@@ -209,6 +209,17 @@ def _inline_epilogue(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> s_tir.SBlockR
 ROWS_FIRST_MAX_WEIGHT_RATIO = 8
 
 
+def inline_epilogue(sch: s_tir.Schedule, block: s_tir.SBlockRV) -> list:
+    """The element-wise stages fusion left after ``block`` (bias, clip, a residual, a rounding), all but the last
+    inlined into it: [the last], for the caller to compute on each finished tile (or [] for a bare block)."""
+    epilogue = []
+    while consumers := sch.get_consumers(epilogue[-1] if epilogue else block):
+        epilogue.append(consumers[0])
+    for stage in epilogue[:-1]:
+        sch.compute_inline(stage)
+    return epilogue[-1:]
+
+
 def split_by_rows(sch: s_tir.Schedule, conv: s_tir.SBlockRV) -> bool:
     """Whether the cores split ``conv``'s output by rows (True) or by channel blocks: by rows unless
     its weights are over ``ROWS_FIRST_MAX_WEIGHT_RATIO`` times its input activations."""

@@ -147,3 +147,64 @@ def test_a_convolution_on_tiles_is_pytorchs_on_the_bf16_values(size, channels, o
     want = torch.nn.functional.conv2d(as_bf16(x), as_bf16(weight), stride=stride, padding=padding).permute(0, 2, 3, 1).numpy()
     assert np.abs(got.numpy()[..., :out] - want).max() / np.abs(want).max() < 1e-5
     assert not got.numpy()[..., out:].any()  # the padded output channels: zero weights, zero sums
+
+
+def _int8_pointwise_kernel(height: int, width: int, k: int, n: int, epilogue: bool):
+    """An int8 1x1 convolution as Day 12's int8 model writes it (uint8 activations, a packed int8 weight, int32 sums),
+    with (``epilogue``) its dequantization to float32 and a ReLU after it, as fusion leaves them."""
+    from tvm import te
+
+    from helpers import int8
+
+    A = te.placeholder((1, height, width, k), "uint8", name="A")
+    W = te.placeholder((n // 16, k // 4, 16, 4), "int8", name="W")
+    C = int8.matmul_u8s8_compute(A, W)
+    if not epilogue:
+        return te.create_prim_func([A, W, C])
+    scale = te.placeholder((n,), "float32", name="scale")
+    real = te.compute(C.shape, lambda b, i, j, c: C[b, i, j, c].astype("float32") * scale[c], name="dequantize")
+    return te.create_prim_func([A, W, scale, te.compute(C.shape, lambda *i: te.max(real(*i), 0.0), name="relu")])
+
+
+def test_int8_pointwise_kernels_go_on_tiles_only_where_asked_and_are_built_from_tdpbusd(tmp_path):
+    assert amx.kinds_on(SAPPHIRE_RAPIDS) == (amx.BF16, amx.INT8)
+    assert amx.kinds_on(tvm.target.Target({"kind": "llvm", "mcpu": "znver4"})) == ()  # AVX-512 VNNI and BF16, no tiles
+    kernel = _int8_pointwise_kernel(7, 7, 100, 48, epilogue=True)
+    assert amx.tile_schedule_for(kernel) is amx.schedule_pointwise
+    mod = tvm.IRModule({"int8": kernel, "bf16": _pointwise_kernel(7, 7, 46, 48, epilogue=True)})
+    bf16_only = amx.schedule_products(mod, (amx.BF16,))
+    assert "tdpbusd" not in bf16_only["int8"].script() and "tdpbf16ps" in bf16_only["bf16"].script()
+    both = amx.schedule_products(mod, amx.kinds_on(SAPPHIRE_RAPIDS))
+    lib = tvm.compile(tvm.IRModule({"main": both["int8"]}), target=SAPPHIRE_RAPIDS)  # building needs no AMX
+    lib.export_library(str(tmp_path / "int8.so"))
+    counts = export.instruction_counts(tmp_path / "int8.so", ["ldtilecfg", "tileloadd", "tdpbusd", "tilestored"])
+    assert all(counts.values()), counts
+
+
+@needs_amx
+@pytest.mark.parametrize("height, width, k, n, epilogue", [(5, 7, 100, 48, False), (3, 20, 36, 16, True),
+                                                          (2, 9, 64, 144, True), (2, 3, 512, 96, False)])
+def test_an_int8_pointwise_convolution_on_tiles_is_exact(height, width, k, n, epilogue):
+    """Whole and partial 64-byte steps of the reduction, one or two tiles of columns, ragged rows: integer sums exact."""
+    from helpers import int8
+
+    assert amx.has_amx(TARGET, amx.INT8)
+    sch = tvm.s_tir.Schedule(_int8_pointwise_kernel(height, width, k, n, epilogue))
+    amx.schedule_pointwise(sch)
+    lib = tvm.compile(sch.mod, target=TARGET)
+    rng = np.random.default_rng(k + n)
+    a = rng.integers(0, 256, (1, height, width, k)).astype(np.uint8)
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    scale = rng.uniform(1e-4, 1e-3, n).astype(np.float32)
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev), tvm.runtime.tensor(int8.pack_weight(w), dev)]
+    sums = a.reshape(-1, k).astype(np.int64) @ w.astype(np.int64).T
+    if epilogue:
+        out = tvm.runtime.tensor(np.full((1, height, width, n), np.nan, np.float32), dev)
+        lib["main"](*args, tvm.runtime.tensor(scale, dev), out)
+        want = np.maximum(sums.astype(np.float32) * scale, 0)
+        np.testing.assert_allclose(out.numpy().reshape(-1, n), want, rtol=1e-6)
+    else:
+        out = tvm.runtime.tensor(np.zeros((1, height, width, n), np.int32), dev)
+        lib["main"](*args, out)
+        assert np.array_equal(out.numpy().reshape(-1, n), sums)

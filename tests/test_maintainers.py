@@ -19,7 +19,7 @@ import torch
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from helpers import build, databases, dispatch, machine, models, paged_cache, peers, quantize, results, transformer, tuning
+from helpers import amx, build, databases, dispatch, machine, models, paged_cache, peers, quantize, results, transformer, tuning
 from helpers.maintainers import (benchmark, capstone, gemv, int8_table, shipping, stages, table, transfer_study, transformer_large,
                                  transformer_table)
 
@@ -193,8 +193,10 @@ def test_the_int8_comparison_times_both_precisions_and_keeps_their_agreement(cou
     monkeypatch.setattr(databases, "choose", lambda *args, **kwargs: Untuned())
     assert benchmark.main(["int8", "--repeats", "2"]) == 0
     kept = _kept("int8")
+    without_tiles = [int8_table.TVM_INT8_NO_TILES] if amx.has_amx(TARGET, amx.INT8) else []  # what AMX buys, in one run
     assert [r["backend"] for r in kept["rows"]] == ["PyTorch fp32", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
-                                                    "TVM fp32 tuned", "TVM int8 tuned"]
+                                                    "TVM fp32 tuned", "TVM int8 tuned", *without_tiles]
+    assert kept["tiles"] == bool(without_tiles)
     assert kept["accuracy"]["TVM int8 tuned"]["top1"] >= 0.5 and kept["held_out_images"] == int8_table.INT8_IMAGES
     assert kept["accuracy"]["ONNX Runtime int8"]["top1"] >= 0.5 and kept["missing"] == {}
     assert "| TVM int8 tuned |" in capsys.readouterr().out

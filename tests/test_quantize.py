@@ -6,7 +6,7 @@ import torch
 import tvm
 import tvm_ffi
 
-from helpers import build, export, int8, ir, machine, models, quantize, timing, tuning
+from helpers import amx, build, export, int8, ir, machine, models, quantize, timing, tuning
 from helpers.errors import CourseError
 from shipped_databases import assert_every_kernel_covered
 
@@ -121,14 +121,36 @@ def test_tuning_puts_vpdpbusd_into_the_int8_kernels_and_keeps_the_numbers(small,
     model, folded, ranges, x = small
     quantized = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
     untuned = build.compile_model(quantized)(x)
-    tuning.tune(quantized.mod, TARGET, tmp_path / "db", max_trials_per_task=2, progress=False,
-                space_for=quantize.space_for(TARGET))
-    executable = tuning.build_tuned(quantized.mod, TARGET, tmp_path / "db")
+    target = amx.without_tiles(TARGET)  # (with AMX the int8 products go on tiles and are not tuned)
+    tuning.tune(quantized.mod, target, tmp_path / "db", max_trials_per_task=2, progress=False,
+                space_for=quantize.space_for(target))
+    executable = tuning.build_tuned(quantized.mod, target, tmp_path / "db")
     executable.export_library(str(tmp_path / "int8.so"))
     counts = export.instruction_counts(tmp_path / "int8.so", ["vpdpbusd"])
     assert counts["vpdpbusd"] > 0
-    tuned = build.load_executable(executable, quantized, TARGET)(x)
+    tuned = build.load_executable(executable, quantized, target)(x)
     assert build.relative_error(tuned, untuned) < 1e-5  # the same integer arithmetic, scheduled
+
+
+@pytest.mark.skipif(not amx.has_amx(TARGET, amx.INT8), reason=f"{machine.cpu_name()} has no AMX-INT8")
+def test_with_amx_the_int8_products_are_on_tiles_untuned_and_keep_the_numbers(small, tmp_path):
+    model, folded, ranges, x = small
+    quantized = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
+    untuned = build.compile_model(quantized)(x)
+    from helpers.tuning.tasks import prepare
+
+    prepared = prepare(quantized.mod, TARGET, prepack=False)
+    products = {gv.name_hint for gv, f in prepared.functions.items() if "int8_conv1x1" in gv.name_hint}
+    on_tiles = {gv.name_hint for gv, f in prepared.functions.items() if "tdpbusd" in str(f)}
+    assert len(products) >= 2 and on_tiles == products  # the expand, project and skip convolutions
+    assert not any(quantize.is_int8_kernel(task) for task in tuning.extract_tasks(prepared, TARGET))  # none tuned
+    tuning.tune(quantized.mod, TARGET, tmp_path / "db", max_trials_per_task=1, progress=False,
+                space_for=quantize.space_for(TARGET))
+    executable = tuning.build_tuned(quantized.mod, TARGET, tmp_path / "db")
+    executable.export_library(str(tmp_path / "int8.so"))
+    assert export.instruction_counts(tmp_path / "int8.so", ["tdpbusd"])["tdpbusd"] > 0
+    tuned = build.load_executable(executable, quantized, TARGET)(x)
+    assert build.relative_error(tuned, untuned) < 1e-5  # the same integer sums
 
 
 class _Int8Task:  # what space_for reads of an extracted task; the kernel is made when a test asks for it

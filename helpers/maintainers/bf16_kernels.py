@@ -20,7 +20,7 @@ from tvm import relax, te
 from tvm.s_tir import meta_schedule as ms
 
 from .. import amx, bf16, kernels, machine, timing, tuning
-from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
+from .report import UNRELIABLE_MARK, load_average, print_and_keep, records, require_bf16
 
 SHAPES = ((196, 256, 512), (3136, 144, 24), (64, 3072, 768))  # (m, n, k): 14x14 pixels, 512 to 256 channels; MobileNetV2's 56x56 expansion; GPT-2 small's MLP over 64 tokens
 ENGINES = ("TVM float32 tuned", "TVM bf16 tuned", "PyTorch float32", "PyTorch bf16")
@@ -105,8 +105,7 @@ def bf16_run(shapes: Sequence[tuple[int, int, int]] = SHAPES, trials: int = 64, 
              tune: Callable = tune_kernel) -> dict:
     """Each product by the four engines, timed in alternating blocks, with GFLOP/s and errors."""
     target = machine.cpu_target()
-    if not bf16.has_bf16(target):
-        raise SystemExit(f"{machine.cpu_name()} has no AVX-512 BF16 (vdpbf16ps): there is no bf16 kernel to measure here.")
+    require_bf16(target)
     rows, load = [], load_average()
     for m, n, k in shapes:
         runners, errors = kernel_runners(m, n, k, trials, target, tune)

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import torch
 import tvm
 
-from .. import amx, bf16, bf16_model, databases, kernels, machine, models, peers, quantize, timing
+from .. import amx, bf16_model, databases, kernels, machine, models, peers, quantize, timing
 from ..build import CompiledModel, check_parity
-from .report import UNRELIABLE_MARK, load_average, print_and_keep
+from .report import UNRELIABLE_MARK, load_average, print_and_keep, require_bf16
 
 IMAGES = 32
 MODELS = ("mobilenet_v2", "resnet50")  # those with a shipped bf16 database
@@ -37,13 +37,6 @@ class Bfloat16Weights(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.inner(x.to(torch.bfloat16)).float()
-
-
-def require_bf16(target: tvm.target.Target) -> None:
-    """Stop with the reason where ``target`` has no AVX-512 BF16: TVM's bf16 builds cannot run there."""
-    if not bf16.has_bf16(target):
-        raise SystemExit(f"{target.attrs.get('mcpu', machine.cpu_name())} has no AVX-512 BF16 (vdpbf16ps): "
-                         "TVM's bf16 builds do not run here.")
 
 
 def tuned_bf16_build(name: str, target: tvm.target.Target

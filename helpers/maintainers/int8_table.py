@@ -5,12 +5,14 @@ from __future__ import annotations
 import torch
 import tvm
 
-from .. import databases, int8, kernels, machine, models, quantize, timing
+from .. import amx, databases, int8, kernels, machine, models, quantize, timing
 from ..build import check_parity
 from .report import load_average, print_and_keep
 
 
 INT8_IMAGES = 32
+TVM_INT8 = "TVM int8 tuned"
+TVM_INT8_NO_TILES = "TVM int8 tuned, AMX off (vpdpbusd)"
 
 
 def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Target | None = None) -> dict:
@@ -22,7 +24,9 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     float_model, quantized, _ = quantize.quantized_model(target=target)
     x = models.example_input(seed=1)
     int8_db = databases.choose(quantize.database_model(target), quantized, target, tune_if_missing=False)
-    tvm_int8 = int8_db.compile(quantized, target)
+    tvm_int8 = {TVM_INT8: int8_db.compile(quantized, target)}
+    if amx.has_amx(target, amx.INT8):  # the same build with its 1x1 convolutions on vpdpbusd: what the tiles buy
+        tvm_int8[TVM_INT8_NO_TILES] = int8_db.compile(quantized, amx.without_tiles(target))
     float_imported = models.import_to_relax(float_model, x)
     fp32_db = databases.choose("mobilenet_v2", float_imported, target, tune_if_missing=False)
     tvm_fp32 = fp32_db.compile(float_imported, target)
@@ -32,18 +36,20 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     onnx_engines, onnx_missing = quantize.onnx_int8_engines(quantize.onnx_int8(float_model, calibration))
     held_out = [models.example_input(seed=1000 + i) for i in range(images)]
     accuracy = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), **onnx_engines,
-                                                "TVM int8 tuned": tvm_int8}, held_out)
+                                                **tvm_int8}, held_out)
     load = load_average()
     timings = timing.measure_engines({"PyTorch fp32": timing.torch_runner(float_model, x),
                                       "PyTorch int8": timing.torch_runner(torch_int8, x),
                                       **{label: (lambda run=run: run(x)) for label, run in onnx_engines.items()},
                                       "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
-                                      "TVM int8 tuned": timing.tvm_runner(tvm_int8, x)}, warmup=3, repeats=repeats)
+                                      **{label: timing.tvm_runner(built, x) for label, built in tvm_int8.items()}},
+                                     warmup=3, repeats=repeats)
     top1 = {"PyTorch fp32": 1.0, "TVM fp32 tuned": 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
     return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
             "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
             "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()}, "missing": onnx_missing,
             "int8_instruction": int8.int8_instruction(target), "activation_max": int8.activation_max(target),
+            "tiles": amx.has_amx(target, amx.INT8),
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
 
@@ -69,7 +75,8 @@ def format_int8(result: dict, machine_summary: str) -> str:
     for label, why in result.get("missing", {}).items():
         lines.append(f"{label}: not measured ({why}).")
     if "int8_instruction" in result:
-        lines.append(f"TVM's int8 kernels: {result['int8_instruction']} instructions, activations quantized to "
+        tiles = " (the 1x1 convolutions on AMX tiles, tdpbusd)" if result.get("tiles") else ""
+        lines.append(f"TVM's int8 kernels: {result['int8_instruction']} instructions{tiles}, activations quantized to "
                      f"0..{result['activation_max']}.")
     return "\n".join(lines)
 

@@ -7,7 +7,8 @@ from .. import bf16_model, databases, layer_compare, machine, models, peers, tim
 from ..build import check_parity
 from ..peers import FROZEN, OPENVINO, ORT
 from ..results import results_path_here, save_record
-from .bf16_model_table import TVM_BF16, require_bf16, tuned_bf16_build
+from .bf16_model_table import TVM_BF16, tuned_bf16_build
+from .report import require_bf16
 
 
 def compare_layers(model_name: str, batch: int = 1, repeats: int = 10, mcpu: str | None = None,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import tvm
 
-from .. import machine, timing
+from .. import bf16, machine, timing
 from ..results import results_path_here, save_record
 
 UNRELIABLE_MARK = "≈ "
@@ -17,6 +17,13 @@ UNRELIABLE_MARK = "≈ "
 def records(timings: Sequence[timing.Timing]) -> dict[str, dict]:
     """Each timing as ``{label: {"median_ms", "iqr_ms", "repeats"}}``: what a results file keeps of it."""
     return {t.label: {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)} for t in timings}
+
+
+def require_bf16(target: tvm.target.Target) -> None:
+    """Stop with the reason where ``target`` has no AVX-512 BF16: TVM's bf16 kernels and builds cannot run there."""
+    if not bf16.has_bf16(target):
+        raise SystemExit(f"{target.attrs.get('mcpu', machine.cpu_name())} has no AVX-512 BF16 (vdpbf16ps): "
+                         "TVM's bf16 kernels and builds do not run here.")
 
 
 def load_average() -> float:

@@ -23,6 +23,7 @@ from .. import bf16, bf16_model, databases, machine, models, paged_cache, quanti
 from ..machine import cpu_target
 from ..models import ImportedModel
 from . import transformer_large
+from .report import require_bf16
 
 
 def tune_int8(trials_per_task: int, target: tvm.target.Target | None = None) -> Path:
@@ -41,8 +42,7 @@ def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None
     """Tune ``model`` with its convolutions in bf16 (``bf16_model``) for ``target`` (default: this CPU, which must
     have AVX-512 BF16) into the shipped databases, the bf16 products in ``bf16.bf16_space``."""
     target = target or cpu_target()
-    if not bf16.has_bf16(target):
-        raise SystemExit(f"{target.attrs.get('mcpu', target)} has no AVX-512 BF16: its bf16 kernels could not run here.")
+    require_bf16(target)
     float_model, _ = quantize.float_model(model)
     half = bf16_model.import_bf16(float_model, models.example_input())
     work_dir = databases.database_dir(bf16_model.database_name(model), target)
