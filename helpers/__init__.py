@@ -31,7 +31,7 @@ notebooks and checks this table), and what each owns:
     profiling       5, 8, 12, 13                  per-kernel times from the VM's instrument hook
     export          6, 12-14                      a deployable artefact, run in a fresh process
     kernels         7-8, 13-14                    one TensorIR kernel in NCHW and NCHWc, GFLOP/s against the peak, TVM's thread pool
-    nchwc           7                             a whole model's convolutions in channel blocks, Day 7's schedule as a search space
+    nchwc           7, 12                         a whole model's convolutions in channel blocks, Day 7's schedule as a search space; a channels-last depthwise one
     databases       7-8, 10, 12-14                which tuning database a model is built with, and why
     tuning          8, 12-14                      MetaSchedule: search, in-process builds, databases, tuned builds (a package)
     transfer_study  8                             reading the studies of a database tuned on another CPU
@@ -44,7 +44,7 @@ notebooks and checks this table), and what each owns:
     quantize        12                            post-training int8 quantization of pointwise convolutions
     bf16            12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here
     bf16_model      12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
-    amx             12                            bfloat16 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
+    amx             12                            bfloat16 and int8 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
     dispatch        7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
     errors          14                            the errors the course raises on bad input
     transformer     14                            a small GPT: symbolic length, buckets, decoding with a KV cache

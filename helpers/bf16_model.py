@@ -21,12 +21,11 @@ import numpy as np
 import torch
 import tvm
 from tvm import relax, te
-from tvm.s_tir import meta_schedule as ms
 
 from . import bf16, models, quantize
 from .errors import CourseError
 from .models import ImportedModel
-from .nchwc import inline_epilogue
+from .nchwc import depthwise_nhwc_space, is_depthwise_nhwc
 
 
 
@@ -199,52 +198,9 @@ def is_bf16_kernel(task) -> bool:
                for p in func.params if hasattr(p.ty, "shape") and len(p.ty.shape) in (4, 6))
 
 
-def is_depthwise_from_bits(task) -> bool:
-    """True for a kernel that computes ``depthwise_from_bits_compute`` (its block is named "depthwise")."""
-    try:
-        tvm.s_tir.Schedule(task.dispatched[0]).get_sblock("depthwise")
-    except tvm.s_tir.ScheduleError:  # (no block of that name)
-        return False
-    return True
-
-
-def schedule_depthwise(sch: tvm.s_tir.Schedule) -> None:
-    """A depthwise convolution of bits, channels last, tiled for registers: each thread takes rows of the output;
-    a tile of rows x columns x 16-channel vectors (sizes searched) sums the kernel's taps in registers, the
-    element-wise work after it (bias, clip, rounding to bits) is done on the tile before it is written.
-    MetaSchedule's default space did not find this shape of loop nest in 16 trials (its MobileNetV2 kernels
-    ran 1.1-3x slower on a Zen 4)."""
-    block = sch.get_sblock("depthwise")
-    epilogue = inline_epilogue(sch, block)
-    for producer in sch.get_producers(block):  # the padding: read in place, zero outside the map
-        sch.compute_inline(producer)
-    b, i, j, k, ry, rx = sch.get_loops(block)
-    channels, lanes = sch.split(k, [None, bf16.LANES])
-    rows, row = sch.split(i, sch.sample_perfect_tile(i, n=2, max_innermost_factor=2))
-    cols, col = sch.split(j, sch.sample_perfect_tile(j, n=2, max_innermost_factor=16))
-    groups, group = sch.split(channels, sch.sample_perfect_tile(channels, n=2, max_innermost_factor=4))
-    sch.reorder(b, rows, cols, groups, ry, rx, row, col, group, lanes)
-    if epilogue:
-        sch.reverse_compute_at(epilogue[-1], groups, preserve_unit_loops=True)  # as many loops whatever the tiles
-        sch.vectorize(sch.get_loops(epilogue[-1])[-1])
-    sch.vectorize(lanes)
-    for loop in (group, col, row, rx, ry):
-        sch.unroll(loop)
-    sch.parallel(sch.fuse(b, rows))
-    init = sch.decompose_reduction(block, ry)
-    sch.vectorize(sch.get_loops(init)[-1])
-
-
-def depthwise_space() -> ms.space_generator.ScheduleFn:
-    """``schedule_depthwise`` as a MetaSchedule search space: its tile sizes searched, LLVM's mutators."""
-    post = ms.postproc
-    return ms.space_generator.ScheduleFn(schedule_depthwise, sch_rules=[], mutator_probs="llvm",
-                                         postprocs=[post.DisallowDynamicLoop(), post.RewriteParallelVectorizeUnroll()])
-
-
 def space_for(task):
-    """``tuning.tune``'s ``space_for``: ``bf16.bf16_space`` for the bf16 products, ``depthwise_space`` for the
-    depthwise convolutions of bits, the default space for the rest."""
+    """``tuning.tune``'s ``space_for``: ``bf16.bf16_space`` for the bf16 products, ``nchwc.depthwise_nhwc_space`` for
+    the depthwise convolutions of bits, the default space for the rest."""
     if is_bf16_kernel(task):
         return bf16.bf16_space()
-    return depthwise_space() if is_depthwise_from_bits(task) else "post-order-apply"
+    return depthwise_nhwc_space(bf16.LANES) if is_depthwise_nhwc(task) else "post-order-apply"

@@ -34,7 +34,8 @@ from tvm import relax
 from . import int8, models, peers
 from .build import relative_error
 from .errors import CourseError
-from .machine import cpu_target
+from .machine import cpu_target, float32_lanes
+from .nchwc import depthwise_nhwc_space, is_depthwise_nhwc
 from .models import ImportedModel
 
 U8_MAX, S8_MAX = 255, 127
@@ -296,12 +297,16 @@ def space_for(target: tvm.target.Target):
     """``tuning.tune``'s ``space_for``: for int8 kernels, the space around the course's intrinsic for
     ``target`` (``int8.int8_instruction``: ``vpdpbusd`` with AVX-512 VNNI, ``vpmaddubsw`` with AVX2), or
     LLVM's generic one without AVX2 (not TVM's default: it puts wrong intrinsics in on CPUs without VNNI);
-    the default space for every float32 kernel."""
+    for the float32 depthwise convolutions between them, ``nchwc.depthwise_nhwc_space`` (the bf16 model's); the
+    default space for every other kernel."""
     spaces = {"vnni": int8.vnni_space, "avx2": int8.avx2_space, "generic": int8.generic_space}
     make = spaces[int8.int8_instruction(target)]
+    lanes = float32_lanes(target)
 
     def space(task):
-        return make() if is_int8_kernel(task) else "post-order-apply"
+        if is_int8_kernel(task):
+            return make()
+        return depthwise_nhwc_space(lanes) if is_depthwise_nhwc(task) else "post-order-apply"
 
     return space
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import tvm
 
-from helpers import amx, bf16, bf16_model, build, export, ir, machine, models, quantize, tuning
+from helpers import amx, bf16, bf16_model, build, export, ir, machine, models, nchwc, quantize, tuning
 from helpers.errors import CourseError
 
 from shipped_databases import assert_every_kernel_covered
@@ -104,10 +104,10 @@ def test_only_the_bf16_products_get_the_bf16_space_and_only_the_depthwise_ones_t
     chosen = {t.task_name: bf16_model.is_bf16_kernel(t) for t in tasks}
     assert sum(chosen.values()) == 4, chosen  # three pointwise convolutions and the stem
     assert all(("bf16_conv" in name) == is_product for name, is_product in chosen.items()), chosen
-    depthwise = {t.task_name: bf16_model.is_depthwise_from_bits(t) for t in tasks}
+    depthwise = {t.task_name: nchwc.is_depthwise_nhwc(t) for t in tasks}
     assert sum(depthwise.values()) == 1 and all(("depthwise_from_bits" in n) == d for n, d in depthwise.items()), depthwise
     spaces = {t.task_name: bf16_model.space_for(t) for t in tasks}
-    assert sum(isinstance(space, type(bf16_model.depthwise_space())) for space in spaces.values()) == 1, spaces
+    assert sum(isinstance(space, type(nchwc.depthwise_nhwc_space())) for space in spaces.values()) == 1, spaces
 
 
 def _bits_as_floats(bits: np.ndarray) -> np.ndarray:
@@ -117,7 +117,7 @@ def _bits_as_floats(bits: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_the_depthwise_schedule_keeps_the_kernels_numbers_whatever_tiles_it_samples(seed):
     """A depthwise convolution of bits with its epilogue, as fusion makes it, on odd sizes (15 rows, 10 columns, 48
-    channels): every tile size ``schedule_depthwise`` samples gives the unscheduled kernel's output."""
+    channels): every tile size ``nchwc.schedule_depthwise_nhwc`` samples gives the unscheduled kernel's output."""
     from tvm import te
 
     rng = np.random.default_rng(seed)
@@ -129,7 +129,7 @@ def test_the_depthwise_schedule_keeps_the_kernels_numbers_whatever_tiles_it_samp
     clipped = te.compute(conv.shape, lambda *i: tvm.tirx.min(tvm.tirx.max(conv(*i) + B[i[3]], zero), six), name="clip")
     mod = tvm.IRModule({"main": te.create_prim_func([X, W, B, bf16_model.round_to_bits(clipped)])})
     sch = tvm.s_tir.Schedule(mod, seed=seed)
-    bf16_model.schedule_depthwise(sch)
+    nchwc.schedule_depthwise_nhwc(sch)
     assert any(inst.kind.name == "SamplePerfectTile" for inst in sch.trace.insts)
     outputs = []
     for scheduled in (mod, sch.mod):

@@ -6,7 +6,7 @@ import torch
 import tvm
 import tvm_ffi
 
-from helpers import amx, build, export, int8, ir, machine, models, quantize, timing, tuning
+from helpers import amx, build, export, int8, ir, machine, models, nchwc, quantize, timing, tuning
 from helpers.errors import CourseError
 from shipped_databases import assert_every_kernel_covered
 
@@ -151,6 +151,35 @@ def test_with_amx_the_int8_products_are_on_tiles_untuned_and_keep_the_numbers(sm
     assert export.instruction_counts(tmp_path / "int8.so", ["tdpbusd"])["tdpbusd"] > 0
     tuned = build.load_executable(executable, quantized, TARGET)(x)
     assert build.relative_error(tuned, untuned) < 1e-5  # the same integer sums
+
+
+def test_the_depthwise_kernels_between_the_int8_ones_get_the_register_tiled_space_and_keep_their_numbers(small):
+    """The float32 depthwise convolution of the small model, with its epilogue (bias, clip, quantization to uint8) as
+    fusion leaves it: only it gets ``nchwc.depthwise_nhwc_space``; each tile size the schedule samples computes the
+    unscheduled kernel's codes (within one: sums in another order)."""
+    model, folded, ranges, x = small
+    quantized = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
+    tasks = tuning.extract_tasks(build.fuse(quantized.mod, TARGET), TARGET)
+    spaces = {t.task_name: quantize.space_for(TARGET)(t) for t in tasks}
+    depthwise = [t for t in tasks if isinstance(spaces[t.task_name], type(nchwc.depthwise_nhwc_space()))]
+    assert len(depthwise) == 1 and nchwc.is_depthwise_nhwc(depthwise[0]), spaces
+    kernel = depthwise[0].dispatched[0]
+    rng = np.random.default_rng(0)
+    params = [p.ty for p in kernel["main"].params]
+    arrays = [rng.normal(size=[int(d) for d in t.shape]).astype(str(t.dtype)) for t in params]
+    outputs = []
+    for seed in (None, 1, 2, 3):
+        scheduled = kernel
+        if seed is not None:
+            sch = tvm.s_tir.Schedule(kernel, seed=seed)
+            nchwc.schedule_depthwise_nhwc(sch, lanes=nchwc.block_for(TARGET))
+            scheduled = sch.mod
+        tensors = [tvm.runtime.tensor(a.copy()) for a in arrays]
+        tvm.compile(scheduled, target=TARGET)(*tensors)
+        outputs.append(tensors[-1].numpy().astype(np.int32))
+    assert str(params[-1].dtype) == "uint8" and len(np.unique(outputs[0])) > 10  # quantized codes, not all one value
+    for scheduled in outputs[1:]:
+        assert np.abs(scheduled - outputs[0]).max() <= 1
 
 
 class _Int8Task:  # what space_for reads of an extracted task; the kernel is made when a test asks for it

@@ -108,10 +108,11 @@ def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
                 against_openvino.append(ms[openvino] / ms[bf16_table.TVM_BF16])
         clauses.append(f"{span(against_float)} as fast as TVM in float32"
                        + (f" and {span(against_openvino)} the speed of OpenVINO's bf16" if against_openvino else "")
-                       + f" on the {machine_name(table['machine'])}, its convolutions on {products}")
+                       + f" on the {machine_name(table['machine'])}, its products on {products}")
     if not clauses:
         return ""
-    return f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}) runs {'; '.join(clauses)}."
+    return (f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}: every convolution but the depthwise ones in bf16)"
+            f" runs {'; '.join(clauses)}.")
 
 
 def span(values: list[float]) -> str:

@@ -26,7 +26,9 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     int8_db = databases.choose(quantize.database_model(target), quantized, target, tune_if_missing=False)
     tvm_int8 = {TVM_INT8: int8_db.compile(quantized, target)}
     if amx.has_amx(target, amx.INT8):  # the same build with its 1x1 convolutions on vpdpbusd: what the tiles buy
-        tvm_int8[TVM_INT8_NO_TILES] = int8_db.compile(quantized, amx.without_tiles(target))
+        no_tiles = amx.without_tiles(target)  # (another target: this CPU's database is then a transferred one)
+        no_tiles_db = databases.choose(quantize.database_model(no_tiles), quantized, no_tiles, tune_if_missing=False)
+        tvm_int8[TVM_INT8_NO_TILES] = no_tiles_db.compile(quantized, no_tiles)
     float_imported = models.import_to_relax(float_model, x)
     fp32_db = databases.choose("mobilenet_v2", float_imported, target, tune_if_missing=False)
     tvm_fp32 = fp32_db.compile(float_imported, target)

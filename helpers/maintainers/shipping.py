@@ -19,7 +19,7 @@ from pathlib import Path
 
 import tvm
 
-from .. import bf16, bf16_model, databases, machine, models, paged_cache, quantize, transformer, tuning
+from .. import amx, bf16_model, databases, machine, models, paged_cache, quantize, transformer, tuning
 from ..machine import cpu_target
 from ..models import ImportedModel
 from . import transformer_large
@@ -35,7 +35,23 @@ def tune_int8(trials_per_task: int, target: tvm.target.Target | None = None) -> 
     tuning.tune(quantized.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=quantize.space_for(target))
     kept = tuning.prune_database(work_dir)
     print(f"{work_dir}: {kept} records kept (the best per kernel)")
+    _borrow_tile_kernels(work_dir, quantize.database_model(target), target, amx.INT8)
     return work_dir
+
+
+def _borrow_tile_kernels(work_dir: Path, name: str, target: tvm.target.Target, kind: amx.Kind) -> None:
+    """On a CPU with AMX, ``kind``'s convolutions go onto tiles untuned, so a database tuned there has no records for
+    them: copy them from the best other shipped ``name`` database, so that it serves CPUs without tiles too."""
+    if not amx.has_amx(target, kind):
+        return
+    others = [d for d in databases.candidates(name, target, places=[(databases.SHIPPED, databases.SHIPPED_ROOT)])
+              if d.path != work_dir]
+    if not others:  # (the coverage tests of the shipped databases then fail, with this command to run elsewhere)
+        print(f"warning: {work_dir.name} has no records for the {kind.name} convolutions (AMX schedules them here) and "
+              f"no other shipped {name} database has them: tune one on a CPU without AMX too.")
+        return
+    source = databases.rank(others, target)[0].path
+    print(f"{tuning.add_kernels_from(work_dir, source)} kernels' records copied from {source.name}")
 
 
 def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None = None) -> Path:
@@ -48,6 +64,7 @@ def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None
     work_dir = databases.database_dir(bf16_model.database_name(model), target)
     tuning.tune(half.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=bf16_model.space_for)
     print(f"{work_dir}: {tuning.prune_database(work_dir)} records kept (the best per kernel)")
+    _borrow_tile_kernels(work_dir, bf16_model.database_name(model), target, amx.BF16)
     return work_dir
 
 
