@@ -25,8 +25,9 @@ A bf16 model's convolutions (``bf16_model``) go onto the tiles through two tenso
 whole reduction (``product_intrinsic``, ``conv_intrinsic``), the sums staying in tile registers throughout; the
 int8 model's 1x1 convolutions (``quantize``) through the first, in integers (``INT8``: ``tdpbusd``, uint8 by int8
 into int32 sums, on ``int8.pack_weight``'s 16 x 4 tiles). Loading the tiles' configuration costs 50 ns on a
-Xeon, so it is loaded only where ``sttilecfg`` (5 ns) says the thread's tiles hold another. ``schedule_products`` schedules them all by hand when a module is prepared for a
-CPU with AMX (``tuning.tasks.prepare``).
+Xeon, so it is loaded only where ``sttilecfg`` (5 ns) says the thread's tiles hold another.
+``schedule_products`` schedules them all by hand when a module is prepared for a CPU with AMX
+(``tuning.tasks.prepare``).
 
 Measured by ``python -m helpers.maintainers.benchmark bf16``, ``bf16-model`` and ``int8`` on CPUs with AMX (issue 50).
 
@@ -231,8 +232,6 @@ done:
   ret void
 }}
 """
-
-
 
 
 def product_config(rows: int, k: int, kind: Kind = BF16) -> bytes:

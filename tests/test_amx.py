@@ -60,6 +60,15 @@ def test_products_on_tiles_are_exact_on_the_bf16_values_with_ragged_rows_and_red
     assert error < 1e-5, f"every row and column written, only the order of the sums differs ({error:.1e})"
 
 
+def _operands(height: int, width: int, k: int, n: int, kind: amx.Kind):
+    """A 1x1 convolution's activation (channels last) and its weight packed in tiles of 16 columns, of ``kind``."""
+    from tvm import te
+
+    A = te.placeholder((1, height, width, k), kind.left, name="A")
+    W = te.placeholder((n // 16, k // kind.group, 16, kind.group), kind.right, name="W")
+    return A, W
+
+
 def _pointwise_kernel(height: int, width: int, k: int, n: int, epilogue: bool):
     """A bf16 1x1 convolution as the bf16 model writes it, with (``epilogue``) a bias, ReLU6 and the rounding of
     its output to bf16 after it, as fusion leaves them."""
@@ -67,8 +76,7 @@ def _pointwise_kernel(height: int, width: int, k: int, n: int, epilogue: bool):
 
     from helpers import bf16_model
 
-    A = te.placeholder((1, height, width, k), "uint16", name="A")
-    W = te.placeholder((n // 16, k // 2, 16, 2), "uint16", name="W")
+    A, W = _operands(height, width, k, n, amx.BF16)
     C = bf16_model.pointwise_bf16_compute(A, W)
     if not epilogue:
         return te.create_prim_func([A, W, C])
@@ -156,8 +164,7 @@ def _int8_pointwise_kernel(height: int, width: int, k: int, n: int, epilogue: bo
 
     from helpers import int8
 
-    A = te.placeholder((1, height, width, k), "uint8", name="A")
-    W = te.placeholder((n // 16, k // 4, 16, 4), "int8", name="W")
+    A, W = _operands(height, width, k, n, amx.INT8)
     C = int8.matmul_u8s8_compute(A, W)
     if not epilogue:
         return te.create_prim_func([A, W, C])

@@ -156,11 +156,13 @@ def test_shipped_int8_databases_match_their_name_and_keep_the_best_record_per_ke
     assert shipped, "the course ships Day 12's int8 database"
     for directory in shipped:
         summary = tuning.database_summary(directory)
-        assert len(summary["targets"]) == 1, f"{directory.name}: records for several targets"
-        target = tvm.target.Target(json.loads(summary["targets"][0]))
-        assert directory == databases.database_dir(quantize.database_model(target), target), directory.name
-        assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
         settings = json.loads((directory / tuning.SETTINGS_FILE).read_text())
+        targets = [tvm.target.Target(json.loads(t)) for t in summary["targets"]]
+        names = [databases.database_dir(quantize.database_model(t), t).name for t in targets]
+        assert names.count(directory.name) == 1, f"{directory.name}: no records, or records for several targets, of its own CPU"
+        # Tuned on a CPU with AMX, its tile-scheduled kernels' records are borrowed from the databases it names
+        assert sorted(n for n in names if n != directory.name) == sorted(b["database"] for b in settings.get("kernels_from", []))
+        assert summary["failed_records"] == 0 and summary["records"] == summary["workloads"], directory.name
         assert not settings["quick"] and tuning.budget(directory) == settings["trials_per_task"], directory.name
 
 
