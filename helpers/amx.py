@@ -234,6 +234,53 @@ done:
 """
 
 
+def _load(tile: int, buffer, offset, stride_bytes):
+    """``tileloadd64``: rows of ``buffer`` from ``offset`` (in elements), ``stride_bytes`` apart, into ``tile``."""
+    return T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(tile), buffer.access_ptr("r", offset=offset),
+                              stride_bytes)
+
+
+@T.macro
+def _sums_in(C, sc, blocks):
+    """The ``blocks`` (1 or 2) tiles of 16 columns of sums from the local buffer ``C`` (row stride ``sc``) into tiles 0, 1."""
+    T.evaluate(_load(0, C, 0, T.Cast("int64", sc) * T.int64(4)))
+    if blocks == 2:
+        T.evaluate(_load(1, C, LANES, T.Cast("int64", sc) * T.int64(4)))
+
+
+@T.macro
+def _sums_out(C, sc, blocks):
+    """Tiles 0 (and 1) of sums back into ``C``."""
+    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(0), C.access_ptr("w"),
+                                  T.Cast("int64", sc) * T.int64(4)))
+    if blocks == 2:
+        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(1), C.access_ptr("w", offset=LANES),
+                                      T.Cast("int64", sc) * T.int64(4)))
+
+
+@T.macro
+def _products(instruction, left, left_at, left_stride, right, right_at, second_at, blocks, steps, tail, k_step):
+    """One product's whole reduction into the sums' tiles: ``steps`` instructions of ``k_step`` values, then a
+    ``tail``, the inputs from ``left`` at ``left_at`` (rows ``left_stride`` bytes apart), the weights of the first
+    16 columns from ``right`` at ``right_at`` and of the second (``blocks`` 2) at ``second_at``; 16 weight rows of
+    64 bytes per step."""
+    if steps > 0:
+        for step in T.serial(steps):
+            T.evaluate(_load(2, left, left_at + step * k_step, left_stride))
+            T.evaluate(_load(3, right, right_at + step * k_step * LANES, T.int64(COLS_BYTES)))
+            T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(0), T.uint8(2), T.uint8(3)))
+            if blocks == 2:
+                T.evaluate(_load(4, right, second_at + step * k_step * LANES, T.int64(COLS_BYTES)))
+                T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(1), T.uint8(2), T.uint8(4)))
+    if tail > 0:
+        T.evaluate(_load(5, left, left_at + steps * k_step, left_stride))
+        T.evaluate(_load(6, right, right_at + steps * k_step * LANES, T.int64(COLS_BYTES)))
+        T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(0), T.uint8(5), T.uint8(6)))
+        if blocks == 2:
+            T.evaluate(_load(7, right, second_at + steps * k_step * LANES, T.int64(COLS_BYTES)))
+            T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(1), T.uint8(5), T.uint8(7)))
+
+
 def product_config(rows: int, k: int, kind: Kind = BF16) -> bytes:
     """The tiles of ``product_intrinsic``: two ``rows`` x 16 tiles of 32-bit sums (0, 1), a ``rows`` x 64-byte
     tile of inputs (2), two weight tiles of 16 rows (3, 4), and for the last ``k % k_step`` values of the
@@ -279,13 +326,6 @@ def product_intrinsic(rows: int, cols: int, k: int, kind: Kind = BF16) -> str:
                     vi, vj, vr = T.axis.remap("SSR", [i, j, r])
                     C[vi, vj] = C[vi, vj] + kind.product(A[vi, vr], W[vj // LANES, vr // group, vj % LANES, vr % group])
 
-    def load(tile, buffer, offset, stride_bytes):
-        return T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(tile), buffer.access_ptr("r", offset=offset),
-                                  stride_bytes)
-
-    def dot(sums, left, right):
-        return T.call_llvm_intrin("void", kind.instruction, T.uint8(sums), T.uint8(left), T.uint8(right))
-
     @T.prim_func(s_tir=True)
     def impl(a: T.handle, w: T.handle, c: T.handle) -> None:
         sa = T.int32()
@@ -298,28 +338,10 @@ def product_intrinsic(rows: int, cols: int, k: int, kind: Kind = BF16) -> str:
             T.writes(C[0:rows, 0:cols])
             with T.attr(T.int32(0), "pragma_import_llvm", ir):
                 T.evaluate(T.call_extern("void", configure))
-                T.evaluate(load(0, C, 0, T.Cast("int64", sc) * T.int64(4)))
-                if blocks == 2:
-                    T.evaluate(load(1, C, LANES, T.Cast("int64", sc) * T.int64(4)))
-                for step in T.serial(steps):
-                    T.evaluate(load(2, A, step * k_step, T.Cast("int64", sa) * T.int64(size)))
-                    T.evaluate(load(3, W, step * k_step * LANES, T.int64(COLS_BYTES)))
-                    T.evaluate(dot(0, 2, 3))
-                    if blocks == 2:
-                        T.evaluate(load(4, W, (k + step * k_step) * LANES, T.int64(COLS_BYTES)))
-                        T.evaluate(dot(1, 2, 4))
-                if tail > 0:
-                    T.evaluate(load(5, A, steps * k_step, T.Cast("int64", sa) * T.int64(size)))
-                    T.evaluate(load(6, W, steps * k_step * LANES, T.int64(COLS_BYTES)))
-                    T.evaluate(dot(0, 5, 6))
-                    if blocks == 2:
-                        T.evaluate(load(7, W, (k + steps * k_step) * LANES, T.int64(COLS_BYTES)))
-                        T.evaluate(dot(1, 5, 7))
-                T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(0), C.access_ptr("w"),
-                                              T.Cast("int64", sc) * T.int64(4)))
-                if blocks == 2:
-                    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(1),
-                                                  C.access_ptr("w", offset=LANES), T.Cast("int64", sc) * T.int64(4)))
+                _sums_in(C, sc, blocks)
+                _products(kind.instruction, A, 0, T.Cast("int64", sa) * T.int64(size), W, 0, k * LANES, blocks, steps,
+                          tail, k_step)
+                _sums_out(C, sc, blocks)
 
     TensorIntrin.register(name, desc, impl, override=True)
     return name
@@ -422,23 +444,14 @@ def conv_intrinsic(rows: int, cols: int, kernel: tuple[int, int], channels: int,
                 for i, j, _ry, _rx, rc in T.grid(rows, cols, 1, 1, channels):
                     with T.sblock("update"):
                         vi, vj, vrc = T.axis.remap("SSR", [i, j, rc])
-                        C[vi, vj] = C[vi, vj] + T.reinterpret("float32", T.shift_left(
-                            T.Cast("uint32", X[0, vi * stride, vrc]), T.uint32(16))) * T.reinterpret("float32", T.shift_left(
-                                T.Cast("uint32", W[vj // LANES, 0, 0, vrc // PAIR, vj % LANES, vrc % PAIR]), T.uint32(16)))
+                        C[vi, vj] = C[vi, vj] + BF16.product(X[0, vi * stride, vrc],
+                                                             W[vj // LANES, 0, 0, vrc // PAIR, vj % LANES, vrc % PAIR])
             else:
                 for i, j, ry, rx, rc in T.grid(rows, cols, kh, kw, channels):
                     with T.sblock("update"):
                         vi, vj, vry, vrx, vrc = T.axis.remap("SSRRR", [i, j, ry, rx, rc])
-                        C[vi, vj] = C[vi, vj] + T.reinterpret("float32", T.shift_left(
-                            T.Cast("uint32", X[vry, vi * stride + vrx, vrc]), T.uint32(16))) * T.reinterpret("float32", T.shift_left(
-                                T.Cast("uint32", W[vj // LANES, vry, vrx, vrc // PAIR, vj % LANES, vrc % PAIR]), T.uint32(16)))
-
-    def load(tile, buffer, offset, stride_bytes):
-        return T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.uint8(tile), buffer.access_ptr("r", offset=offset),
-                                  stride_bytes)
-
-    def dot(sums, left, right):
-        return T.call_llvm_intrin("void", "llvm.x86.tdpbf16ps", T.uint8(sums), T.uint8(left), T.uint8(right))
+                        C[vi, vj] = C[vi, vj] + BF16.product(X[vry, vi * stride + vrx, vrc],
+                                                             W[vj // LANES, vry, vrx, vrc // PAIR, vj % LANES, vrc % PAIR])
 
     tap = half * LANES * PAIR  # a tap's weights in one block of 16 output channels
     block_size = kh * kw * tap
@@ -456,38 +469,15 @@ def conv_intrinsic(rows: int, cols: int, kernel: tuple[int, int], channels: int,
             T.writes(C[0:rows, 0:cols])
             with T.attr(T.int32(0), "pragma_import_llvm", ir):
                 T.evaluate(T.call_extern("void", configure))
-                T.evaluate(load(0, C, 0, T.Cast("int64", sc) * T.int64(4)))
-                if blocks == 2:
-                    T.evaluate(load(1, C, LANES, T.Cast("int64", sc) * T.int64(4)))
-                if merged:
+                _sums_in(C, sc, blocks)
+                if merged:  # one product per row of taps: a single step of kw * channels values
                     for ry in T.serial(kh):
-                        T.evaluate(load(5, X, ry * sr, T.Cast("int64", sp) * T.int64(2 * stride)))
-                        T.evaluate(load(6, W, ry * kw * tap, T.int64(COLS_BYTES)))
-                        T.evaluate(dot(0, 5, 6))
-                        if blocks == 2:
-                            T.evaluate(load(7, W, block_size + ry * kw * tap, T.int64(COLS_BYTES)))
-                            T.evaluate(dot(1, 5, 7))
+                        _products(BF16.instruction, X, ry * sr, T.Cast("int64", sp) * T.int64(2 * stride), W,
+                                  ry * kw * tap, block_size + ry * kw * tap, blocks, 0, depth, K_STEP)
                 for ry, rx in T.grid(0 if merged else kh, kw):
-                    for step in T.serial(steps):
-                        T.evaluate(load(2, X, ry * sr + rx * sp + step * K_STEP, T.Cast("int64", sp) * T.int64(2 * stride)))
-                        T.evaluate(load(3, W, (ry * kw + rx) * tap + step * K_STEP * LANES, T.int64(COLS_BYTES)))
-                        T.evaluate(dot(0, 2, 3))
-                        if blocks == 2:
-                            T.evaluate(load(4, W, block_size + (ry * kw + rx) * tap + step * K_STEP * LANES, T.int64(COLS_BYTES)))
-                            T.evaluate(dot(1, 2, 4))
-                    if tail > 0:
-                        T.evaluate(load(5, X, ry * sr + rx * sp + steps * K_STEP, T.Cast("int64", sp) * T.int64(2 * stride)))
-                        T.evaluate(load(6, W, (ry * kw + rx) * tap + steps * K_STEP * LANES, T.int64(COLS_BYTES)))
-                        T.evaluate(dot(0, 5, 6))
-                        if blocks == 2:
-                            T.evaluate(load(7, W, block_size + (ry * kw + rx) * tap + steps * K_STEP * LANES,
-                                            T.int64(COLS_BYTES)))
-                            T.evaluate(dot(1, 5, 7))
-                T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(0), C.access_ptr("w"),
-                                              T.Cast("int64", sc) * T.int64(4)))
-                if blocks == 2:
-                    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.uint8(1),
-                                                  C.access_ptr("w", offset=LANES), T.Cast("int64", sc) * T.int64(4)))
+                    _products(BF16.instruction, X, ry * sr + rx * sp, T.Cast("int64", sp) * T.int64(2 * stride), W,
+                              (ry * kw + rx) * tap, block_size + (ry * kw + rx) * tap, blocks, steps, tail, K_STEP)
+                _sums_out(C, sc, blocks)
 
     TensorIntrin.register(name, desc, impl, override=True)
     return name

@@ -8,6 +8,8 @@ import tvm
 from helpers import amx, bf16, export, machine
 from helpers.errors import CourseError
 
+from bf16_reference import exact_product, matmul_error
+
 TARGET = machine.cpu_target()
 SAPPHIRE_RAPIDS = tvm.target.Target({"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2})
 needs_amx = pytest.mark.skipif(not amx.has_amx(TARGET), reason=f"{machine.cpu_name()} has no AMX")
@@ -49,14 +51,8 @@ def test_the_kernel_is_built_from_tile_instructions_on_any_machine(tmp_path):
 @pytest.mark.parametrize("m, n, k", [(40, 48, 46), (49, 16, 2), (96, 32, 64)])
 def test_products_on_tiles_are_exact_on_the_bf16_values_with_ragged_rows_and_reductions(m, n, k):
     amx.request_tiles()
-    rng = np.random.default_rng(m + n + k)
-    a, w = rng.normal(size=(m, k)).astype(np.float32), rng.normal(size=(n, k)).astype(np.float32)
     lib = tvm.compile(amx.matmul_amx(m, n, k), target=TARGET)
-    dev = tvm.cpu()
-    out = tvm.runtime.tensor(np.full((m, n), np.nan, np.float32), dev)
-    lib["main"](tvm.runtime.tensor(bf16.to_bits(a), dev), tvm.runtime.tensor(bf16.pack_weight(bf16.to_bits(w)), dev), out)
-    want = bf16.from_bits(bf16.to_bits(a)).astype(np.float64) @ bf16.from_bits(bf16.to_bits(w)).astype(np.float64).T
-    error = np.abs(out.numpy() - want).max() / np.abs(want).max()
+    error = matmul_error(lib["main"], m, n, k, seed=m + n + k)
     assert error < 1e-5, f"every row and column written, only the order of the sums differs ({error:.1e})"
 
 
@@ -109,8 +105,7 @@ def test_a_pointwise_convolution_on_tiles_matches_the_bf16_arithmetic_with_its_e
     dev = tvm.cpu()
     args = [tvm.runtime.tensor(bf16.to_bits(a.astype(np.float32)), dev),
             tvm.runtime.tensor(bf16.pack_weight(bf16.to_bits(w.astype(np.float32))), dev)]
-    exact = bf16.from_bits(bf16.to_bits(a.astype(np.float32))).astype(np.float64) \
-        @ bf16.from_bits(bf16.to_bits(w.astype(np.float32))).astype(np.float64).T
+    exact = exact_product(a.reshape(-1, k), w).reshape(1, height, width, n)
     if epilogue:
         out = tvm.runtime.tensor(np.zeros((1, height, width, n), np.uint16), dev)
         lib["main"](*args, tvm.runtime.tensor(bias, dev), out)

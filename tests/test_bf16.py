@@ -8,6 +8,8 @@ import tvm
 from helpers import amx, bf16, export, machine
 from helpers.errors import CourseError
 
+from bf16_reference import exact_product, matmul_error
+
 TARGET = machine.cpu_target()
 needs_bf16 = pytest.mark.skipif(not bf16.has_bf16(TARGET), reason=f"{machine.cpu_name()} has no AVX-512 BF16")
 
@@ -31,14 +33,8 @@ def test_pack_weight_makes_each_16x2_tile_contiguous_and_refuses_a_ragged_weight
 @needs_bf16
 @pytest.mark.parametrize("m, n, k", [(14, 32, 64), (9, 48, 18)])
 def test_a_tensorized_matmul_runs_vdpbf16ps_and_matches_float32_on_the_same_bf16_values(m, n, k, tmp_path):
-    rng = np.random.default_rng(k)
-    a, w = rng.normal(size=(m, k)).astype(np.float32), rng.normal(size=(n, k)).astype(np.float32)
     lib = tvm.compile(bf16.tensorize_matmul(bf16.matmul_bf16(m, n, k), rows=min(m, 7)), target=TARGET)
-    dev = tvm.cpu()
-    out = tvm.runtime.tensor(np.full((m, n), np.nan, np.float32), dev)
-    lib["main"](tvm.runtime.tensor(bf16.to_bits(a), dev), tvm.runtime.tensor(bf16.pack_weight(bf16.to_bits(w)), dev), out)
-    want = bf16.from_bits(bf16.to_bits(a)).astype(np.float64) @ bf16.from_bits(bf16.to_bits(w)).astype(np.float64).T
-    error = np.abs(out.numpy() - want).max() / np.abs(want).max()
+    error = matmul_error(lib["main"], m, n, k, seed=k)
     assert error < 1e-5, f"the products of bf16 values are exact in float32: only the order of the sums differs ({error:.1e})"
     path = tmp_path / "bf16.so"
     lib.export_library(str(path))
@@ -66,7 +62,7 @@ def test_metaschedule_tunes_a_bf16_product_around_the_intrinsic_and_keeps_its_nu
     dev = tvm.cpu()
     run = tvm.relax.VirtualMachine(executable, dev)["main"]
     out = run(tvm.runtime.tensor(bf16.to_bits(a), dev), tvm.runtime.tensor(bf16.pack_weight(bf16.to_bits(w)), dev))
-    want = bf16.from_bits(bf16.to_bits(a)).astype(np.float64) @ bf16.from_bits(bf16.to_bits(w)).astype(np.float64).T
+    want = exact_product(a, w)
     assert np.abs(out.numpy() - want).max() / np.abs(want).max() < 1e-5
 
 
