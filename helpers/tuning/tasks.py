@@ -58,8 +58,9 @@ def prepared_key(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, la
 def _prepare_now(mod: tvm.IRModule, target: tvm.target.Target, prepack: bool, layout: str) -> tvm.IRModule:
     fused = nchwc.fuse(mod, target, layout)
     fused = relax.transform.AttachAttrLayoutFreeBuffers()(fused) if prepack else fused
-    if amx.kinds_on(target):  # bf16 and int8 convolutions on AMX tiles, scheduled by hand, not tuned
-        fused = amx.schedule_products(fused, amx.kinds_on(target))
+    tiles = amx.kinds_on(target)
+    if tiles:  # bf16 and int8 convolutions on AMX tiles, scheduled by hand, not tuned
+        fused = amx.schedule_products(fused, tiles)
     return fused if nchwc.block_of(layout) is None else nchwc.schedule_blocked_elementwise(fused)
 
 
