@@ -313,3 +313,52 @@ def plot_tradeoff(rows: Sequence[dict], title: str = "Speed against agreement wi
     ax.set_title(title)
     fig.tight_layout()
     return fig
+
+
+def plot_tilings(timings: Sequence[Timing], baseline: str, title: str = "One fused kernel, cut each way"):
+    """Bars of a fused kernel's time (microseconds, median with IQR) for each way of cutting it (``"rows=4"``,
+    ``"channels=48"``), coloured by kind, and the ``baseline`` (the same work as separate kernels) as a line."""
+    base = next((t for t in timings if t.label == baseline), None)
+    if base is None:
+        raise ValueError(f"No timing labelled {baseline!r}; labels are {sorted(t.label for t in timings)}.")
+    fused = [t for t in timings if t is not base]
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(fused) + 2), 3.8))
+    colors = ["tab:blue" if t.label.startswith("rows") else "tab:orange" for t in fused]
+    ax.bar([t.label for t in fused], [1000 * t.median_ms for t in fused], color=colors,
+           yerr=[[1000 * (t.median_ms - t.q1_ms) for t in fused], [1000 * (t.q3_ms - t.median_ms) for t in fused]],
+           capsize=3)
+    ax.axhline(1000 * base.median_ms, color="black", linestyle="--", label=f"{baseline}: {1000 * base.median_ms:.0f} us")
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right")
+    ax.set_xlabel("tiling: bands of output rows (blue), chunks of expanded channels (orange)")
+    ax.set_ylabel("time per call (us, median, IQR bars)")
+    ax.set_ylim(0, 1.2 * 1000 * max(t.q3_ms for t in timings))  # room for the legend above the bars and the line
+    ax.legend(loc="upper left")
+    ax.set_title(textwrap.fill(title, 80))
+    fig.tight_layout()
+    return fig
+
+
+def plot_block_comparison(comparisons: dict[str, Sequence[Timing]], title: str = "One block, four ways"):
+    """Grouped bars: for each block (a key of ``comparisons``), each backend's time in microseconds (median,
+    IQR bars), the backends in the order of the first block's timings."""
+    backends = [t.label for t in next(iter(comparisons.values()))]
+    fig, ax = plt.subplots(figsize=(max(7, 2.6 * len(comparisons)), 4))
+    width = 0.8 / len(backends)
+    for b, backend in enumerate(backends):
+        xs, heights, errors = [], [], [[], []]
+        for g, timings in enumerate(comparisons.values()):
+            t = next((t for t in timings if t.label == backend), None)
+            if t is None:  # (an engine that could not run this block)
+                continue
+            xs.append(g + (b - (len(backends) - 1) / 2) * width)
+            heights.append(1000 * t.median_ms)
+            errors[0].append(1000 * (t.median_ms - t.q1_ms))
+            errors[1].append(1000 * (t.q3_ms - t.median_ms))
+        bars = ax.bar(xs, heights, width, yerr=errors, capsize=3, label=backend)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(range(len(comparisons)), [textwrap.fill(k, 30) for k in comparisons])
+    ax.set_ylabel("time per call (us, median, IQR bars)")
+    ax.legend(fontsize=8)
+    ax.set_title(textwrap.fill(title, 80))
+    fig.tight_layout()
+    return fig

@@ -114,3 +114,25 @@ def test_roofline_draws_the_roof_the_ridge_and_each_kernel():
     assert len(ax.collections) == 2 and ax.get_xscale() == ax.get_yscale() == "log"
     with pytest.raises(ValueError, match="positive"):
         plotting.plot_roofline(0.0, 20.0, {})
+
+
+def test_tiling_plot_draws_each_tiling_against_the_separate_kernels():
+    timings = [timing.Timing("three", 1, [0.4, 0.41]), timing.Timing("rows=4", 1, [0.3, 0.31]),
+               timing.Timing("channels=48", 1, [0.5, 0.52])]
+    fig = plotting.plot_tilings(timings, baseline="three")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["rows=4", "channels=48"]
+    assert [round(p.get_height()) for p in ax.patches] == [305, 510]
+    assert "us" in ax.get_ylabel() and "three: 405 us" in ax.get_legend().get_texts()[0].get_text()
+    with pytest.raises(ValueError, match="No timing labelled"):
+        plotting.plot_tilings(timings, baseline="four")
+
+
+def test_block_comparison_groups_each_blocks_backends_and_skips_a_missing_one():
+    comparisons = {"big": [timing.Timing(b, 1, [ms]) for b, ms in (("tvm", 0.3), ("ort", 0.6), ("ov", 0.5))],
+                   "small": [timing.Timing(b, 1, [ms]) for b, ms in (("tvm", 0.1), ("ort", 0.2))]}
+    fig = plotting.plot_block_comparison(comparisons)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["tvm", "ort", "ov"]
+    assert sorted(round(p.get_height()) for p in ax.patches) == [100, 200, 300, 500, 600]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["big", "small"]

@@ -16,6 +16,8 @@ docs/maintainers.md):
   (``transformer_large``).
 * ``bf16``: matrix products in bf16 on ``vdpbf16ps`` and in float32, tuned, against PyTorch's (``bf16_kernels``);
   ``bf16-model``: models with bf16 convolutions against OpenVINO's and PyTorch's bf16 (``bf16_model_table``).
+* ``fusion``: MobileNetV2's inverted residual blocks as three kernels and as one fused kernel, beside ONNX
+  Runtime and OpenVINO on the same block (``fusion_table``).
 * ``dispatch-run`` is ``table``'s own: tuned TVM with its convolutions on oneDNN, in a process of its own.
 """
 
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from .. import machine, models, peers
 from ..zoo import ZOO
-from . import bf16_kernels, bf16_model_table, int8_table, layers, stages, table, transformer_large, transformer_table
+from . import bf16_kernels, bf16_model_table, fusion_table, int8_table, layers, stages, table, transformer_large, transformer_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,6 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     bf16_model_cmd.add_argument("models", nargs="*", default=list(bf16_model_table.MODELS))
     bf16_model_cmd.add_argument("--repeats", type=int, default=30)
     bf16_model_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
+    fusion_cmd = sub.add_parser("fusion", help="MobileNetV2's blocks: three kernels, one fused kernel, ONNX Runtime, OpenVINO")
+    fusion_cmd.add_argument("--repeats", type=int, default=20)
+    fusion_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     dispatch_cmd = sub.add_parser("dispatch-run", help="eager against tuned TVM + oneDNN convs, as JSON (run by table)")
     dispatch_cmd.add_argument("model", choices=models.available_models())
     dispatch_cmd.add_argument("--batch", type=int, default=1)
@@ -117,6 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         bf16_kernels.run_bf16(args.trials, args.repeats, save=not args.no_save)
     elif args.command == "bf16-model":
         bf16_model_table.run_bf16_model(args.models, args.repeats, save=not args.no_save)
+    elif args.command == "fusion":
+        fusion_table.run_fusion(args.repeats, save=not args.no_save)
     elif args.command == "dispatch-run":
         print(json.dumps(table.dispatch_run(args.model, args.batch, args.repeats, args.mcpu)))
     else:

@@ -1,0 +1,469 @@
+"""One MobileNetV2 inverted residual block as one TensorIR kernel: fusion across layers (Day 13).
+
+A block is three convolutions: a 1x1 that expands the channels (16 -> 96 in the first block), a 3x3
+depthwise, and a 1x1 that projects them back. Run as three kernels, as every engine runs it, the
+expanded image is written out whole and read back (4.8 MB at 112x112x96 in float32), from L2, L3 or
+memory. Here the three are one kernel that cuts the block into pieces small enough to stay in the
+core's cache, and runs all three stages on one piece before the next (a ``Tiling``):
+
+* bands of output rows: each band expands the input rows it needs, filters and projects them. The
+  depthwise filter needs a row above and below, so the rows at a band's edge are expanded twice: the
+  band height trades that against the cache. Best where the image is large.
+* chunks of expanded channels: each chunk is expanded over the whole image, filtered and projected,
+  and the chunks' shares of the projection are added up. Nothing is computed twice, and each weight is
+  read once; the cores take half of the channels each. Best where the image is small and the channels many.
+
+The arithmetic is written once, as a tensor expression (``block_function``); the schedules differ only in
+where each stage is computed: ``compute_at`` moves the producers into the loop over the pieces.
+Channels last (NHWC), BatchNorm folded into the weights.
+
+Introduced on Day 13.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import tvm
+from tvm import s_tir, te, tirx
+
+from . import machine, timing
+from .build import relative_error
+from .errors import CourseError
+from .timing import Timing
+
+STAGES = ("expand", "expand_act", "depthwise", "depthwise_act", "project", "project_act")
+SEPARATE, FUSED = "TVM, three kernels", "TVM, one fused kernel"
+
+
+class BlockError(CourseError, ValueError):
+    """A module this helper cannot compile as one block (not an inverted residual with an expansion)."""
+
+
+@dataclass(frozen=True)
+class BlockShape:
+    """An inverted residual block at batch 1: ``c_in`` channels on a ``size`` x ``size`` image, expanded to
+    ``hidden``, filtered 3x3 with ``stride``, projected to ``c_out``."""
+
+    size: int
+    c_in: int
+    hidden: int
+    c_out: int
+    stride: int
+
+    @property
+    def out_size(self) -> int:
+        return (self.size - 1) // self.stride + 1
+
+    @property
+    def residual(self) -> bool:
+        """The block adds its input to its output (same shape in and out), as torchvision's does."""
+        return self.stride == 1 and self.c_in == self.c_out
+
+    @property
+    def flops(self) -> int:
+        """Multiplies and adds of the three convolutions (each once: a fused kernel's recomputed edges not counted)."""
+        pixels, out_pixels = self.size**2, self.out_size**2
+        return 2 * (pixels * self.c_in * self.hidden + out_pixels * 9 * self.hidden + out_pixels * self.hidden * self.c_out)
+
+    @property
+    def expanded_mb(self) -> float:
+        """Megabytes of the expanded image (float32): what three kernels write out and read back."""
+        return self.size**2 * self.hidden * 4 / 1e6
+
+    def __str__(self) -> str:
+        return (f"{self.c_in}x{self.size}x{self.size} -> {self.hidden} -> 3x3/{self.stride} -> "
+                f"{self.c_out}x{self.out_size}x{self.out_size}")
+
+
+def block_shape(block: torch.nn.Module, size: int) -> BlockShape:
+    """The shape of torchvision's ``InvertedResidual`` ``block`` on a ``size`` x ``size`` input. Raises
+    ``BlockError`` for any other module, or a block without an expansion (MobileNetV2's first)."""
+    convs = [m for m in block.modules() if isinstance(m, torch.nn.Conv2d)]
+    if type(block).__name__ != "InvertedResidual" or len(convs) != 3:
+        raise BlockError(f"{type(block).__name__} is not an inverted residual block with an expansion (three "
+                         "convolutions): pass one of MobileNetV2's features[2:18].")
+    expand, depthwise, project = convs
+    return BlockShape(size, expand.in_channels, expand.out_channels, project.out_channels, depthwise.stride[0])
+
+
+def mobilenet_v2_blocks(model: torch.nn.Module, size: int = 224) -> list[tuple[int, BlockShape]]:
+    """Every inverted residual block of a torchvision MobileNetV2 with an expansion: (index in ``features``,
+    its shape), for a ``size`` x ``size`` image."""
+    blocks, x = [], torch.zeros(1, 3, size, size)
+    with torch.no_grad():
+        for i, layer in enumerate(model.features):
+            if type(layer).__name__ == "InvertedResidual" and len(layer.conv) == 4:
+                blocks.append((i, block_shape(layer, x.shape[-1])))
+            x = layer(x)
+    return blocks
+
+
+def _relu6(x: te.Tensor) -> te.Tensor:
+    return te.min(te.max(x, tirx.const(0.0, "float32")), tirx.const(6.0, "float32"))
+
+
+def block_function(shape: BlockShape) -> tirx.PrimFunc:
+    """The block as a tensor expression, unscheduled: inputs ``X`` (H, W, c_in) and the folded weights
+    (``block_weights``' order), output (H', W', c_out). The depthwise filter reads the expanded image through
+    ``pad`` (zero outside it), which the schedules inline: no padded copy is made."""
+    h, c_in, hidden, c_out, stride = shape.size, shape.c_in, shape.hidden, shape.c_out, shape.stride
+    out = shape.out_size
+    x = te.placeholder((h, h, c_in), name="X")
+    w1, b1 = te.placeholder((c_in, hidden), name="W1"), te.placeholder((hidden,), name="B1")
+    w2, b2 = te.placeholder((3, 3, hidden), name="W2"), te.placeholder((hidden,), name="B2")
+    w3, b3 = te.placeholder((hidden, c_out), name="W3"), te.placeholder((c_out,), name="B3")
+    k = te.reduce_axis((0, c_in), "k")
+    expand = te.compute((h, h, hidden), lambda i, j, c: te.sum(x[i, j, k] * w1[k, c], axis=k), name="expand")
+    expand_act = te.compute((h, h, hidden), lambda i, j, c: _relu6(expand[i, j, c] + b1[c]), name="expand_act")
+    padded = te.compute((h + 2, h + 2, hidden), lambda i, j, c: te.if_then_else(
+        tirx.all(i >= 1, i <= h, j >= 1, j <= h), expand_act[i - 1, j - 1, c], tirx.const(0.0, "float32")),
+        name="pad")
+    r, s = te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
+    depthwise = te.compute((out, out, hidden), lambda i, j, c: te.sum(
+        padded[i * stride + r, j * stride + s, c] * w2[r, s, c], axis=[r, s]), name="depthwise")
+    depthwise_act = te.compute((out, out, hidden), lambda i, j, c: _relu6(depthwise[i, j, c] + b2[c]),
+                               name="depthwise_act")
+    m = te.reduce_axis((0, hidden), "m")
+    project = te.compute((out, out, c_out), lambda i, j, n: te.sum(depthwise_act[i, j, m] * w3[m, n], axis=m),
+                         name="project")
+    if shape.residual:
+        result = te.compute((out, out, c_out), lambda i, j, n: project[i, j, n] + b3[n] + x[i, j, n], name="project_act")
+    else:
+        result = te.compute((out, out, c_out), lambda i, j, n: project[i, j, n] + b3[n], name="project_act")
+    return te.create_prim_func([x, w1, b1, w2, b2, w3, b3, result])
+
+
+def _lanes(channels: int, lanes: int) -> int:
+    """The widest vector of at most ``lanes`` values that divides ``channels`` (24 channels: 8 lanes)."""
+    while channels % lanes:
+        lanes //= 2
+    return lanes
+
+
+def _widest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, at_most + 1) if n % d == 0)
+
+
+ACCUMULATORS = 24  # vector registers a tile of sums may take (AVX-512 has 32; AVX2's 16 spill a little)
+
+
+def _register_tile(pixels: int, vectors: int) -> tuple[int, int]:
+    """Pixels x vectors of sums per tile: as many sums as ``ACCUMULATORS`` allows, the most pixels first (each
+    weight vector loaded is used once per pixel), at most 8 pixels and 4 vectors, each dividing its loop."""
+    return max(((p, v) for p in range(1, 9) if pixels % p == 0 for v in range(1, 5) if vectors % v == 0
+                and p * v <= ACCUMULATORS), key=lambda pv: (pv[0] * pv[1], pv[0]))
+
+
+def _schedule_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bool = False,
+                        zero_at=None) -> None:
+    """A 1x1 convolution's innermost loops (rows, columns, channels, reduction) tiled for registers: a tile of
+    pixels along a row x vectors of channels, the reduction outside it, the epilogue (if any) on each finished
+    tile; ``parallel``: the rows split between the cores; ``zero_at``: the loop before which the sums are
+    zeroed, when the reduction goes on outside these loops (default: just before them)."""
+    i, j, c, k = sch.get_loops(conv)[-4:]
+    channels = int(sch.get(c).extent)
+    width = _lanes(channels, lanes)
+    p, v = _register_tile(int(sch.get(j).extent), channels // width)
+    cols, col = sch.split(j, [None, p])
+    groups, group, vector = sch.split(c, [None, v, width])
+    sch.reorder(i, cols, groups, k, col, group, vector)
+    if parallel:
+        sch.parallel(i)
+    sch.vectorize(vector)
+    sch.unroll(group)
+    sch.unroll(col)
+    init = sch.decompose_reduction(conv, k if zero_at is None else zero_at)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if epilogue is not None:
+        sch.reverse_compute_at(epilogue, groups)
+        sch.vectorize(sch.get_loops(epilogue)[-1])
+
+
+def _schedule_depthwise(sch: s_tir.Schedule, conv, epilogue, lanes: int) -> None:
+    """The depthwise convolution's innermost loops: up to 8 pixels x one vector of sums over the 9 taps, the
+    zero padding read in place."""
+    i, j, c, r, s = sch.get_loops(conv)[-5:]
+    cols, col = sch.split(j, [None, _widest_divisor(int(sch.get(j).extent), 8)])
+    groups, vector = sch.split(c, [None, _lanes(int(sch.get(c).extent), lanes)])
+    sch.reorder(i, cols, groups, r, s, col, vector)
+    sch.vectorize(vector)
+    for loop in (col, s, r):
+        sch.unroll(loop)
+    init = sch.decompose_reduction(conv, r)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.reverse_compute_at(epilogue, groups)
+    sch.vectorize(sch.get_loops(epilogue)[-1])
+
+
+def _stages(sch: s_tir.Schedule) -> list:
+    sch.compute_inline(sch.get_sblock("pad"))
+    return [sch.get_sblock(name) for name in STAGES]
+
+
+def schedule_separate(shape: BlockShape, lanes: int | None = None) -> s_tir.Schedule:
+    """Three kernels one after another, each over the whole image, rows split between the cores: the
+    expanded and the filtered images go out to memory (or the largest cache they fit in) between them."""
+    lanes = lanes or machine.float32_lanes()
+    sch = s_tir.Schedule(block_function(shape))
+    expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
+    sch.parallel(sch.get_loops(depthwise)[0])  # (before the reduction is split, as parallel needs)
+    _schedule_pointwise(sch, expand, expand_act, lanes, parallel=True)
+    _schedule_depthwise(sch, depthwise, depthwise_act, lanes)
+    _schedule_pointwise(sch, project, project_act, lanes, parallel=True)
+    return sch
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """How a fused kernel cuts the block: into bands of ``rows`` output rows (the input rows each band needs
+    are expanded in it, the edges twice), or into chunks of ``channels`` expanded channels (each chunk
+    expanded, filtered and projected over the whole image, its share of the projection added up; nothing
+    computed twice)."""
+
+    rows: int | None = None
+    channels: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.rows is None) == (self.channels is None):
+            raise BlockError(f"give a tiling rows or channels, not both or neither (got {self!r}).")
+
+    def __str__(self) -> str:
+        return f"rows={self.rows}" if self.rows else f"channels={self.channels}"
+
+    @staticmethod
+    def parse(label: str) -> Tiling:
+        """``Tiling.parse(str(t)) == t``: a timing's label back to its tiling."""
+        kind, _, number = label.partition("=")
+        if kind not in ("rows", "channels") or not number.isdigit():
+            raise BlockError(f"{label!r} is not a tiling's label (rows=R or channels=C).")
+        return Tiling(**{kind: int(number)})
+
+
+def _parts(shape: BlockShape, cores: int) -> int:
+    """How many cores share a channel-chunked kernel's expanded channels (each needs a whole share)."""
+    return cores if shape.hidden % cores == 0 else 1
+
+
+def tilings(shape: BlockShape, cores: int | None = None, lanes: int | None = None) -> list[Tiling]:
+    """Tilings worth trying: band heights that divide the output's rows and leave every core a band (at most
+    16 rows), and chunks of expanded channels, whole vectors, that divide each core's share (at most 192)."""
+    cores = cores or machine.core_count()
+    lanes = lanes or machine.float32_lanes()
+    out, share = shape.out_size, shape.hidden // _parts(shape, cores)
+    step = _lanes(share, lanes)
+    return ([Tiling(rows=r) for r in range(1, min(out, 16) + 1) if out % r == 0 and out // r >= min(cores, out)]
+            + [Tiling(channels=c) for c in range(step, min(share, 192) + 1, step) if share % c == 0])
+
+
+def schedule_fused(shape: BlockShape, tiling: Tiling, lanes: int | None = None,
+                   cores: int | None = None) -> s_tir.Schedule:
+    """One kernel for the whole block, cut as ``tiling`` says (``compute_at`` moves every stage into the
+    loop over bands or chunks)."""
+    lanes, cores = lanes or machine.float32_lanes(), cores or machine.core_count()
+    share = shape.hidden // _parts(shape, cores)
+    if (tiling.rows and shape.out_size % tiling.rows) or (tiling.channels and share % tiling.channels):
+        raise BlockError(f"{tiling} does not cut this block ({shape}) evenly: bands must divide its "
+                         f"{shape.out_size} output rows, chunks each core's {share} expanded channels; "
+                         f"try one of {[str(t) for t in tilings(shape, cores, lanes)]}.")
+    sch = s_tir.Schedule(block_function(shape))
+    if tiling.rows:
+        _fuse_by_rows(sch, tiling.rows, lanes)
+    else:
+        _fuse_by_channels(sch, tiling.channels, lanes, _parts(shape, cores))
+    return sch
+
+
+def _fuse_by_rows(sch: s_tir.Schedule, rows: int, lanes: int) -> None:
+    """Bands of ``rows`` output rows, split between the cores; in each band the input rows it needs are
+    expanded, filtered and projected before the next band starts."""
+    expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
+    bands, _ = sch.split(sch.get_loops(project_act)[0], [None, rows])
+    for producer in (project, depthwise_act, depthwise, expand_act, expand):  # consumers first
+        sch.compute_at(producer, bands, preserve_unit_loops=True)
+    sch.parallel(bands)
+    _schedule_pointwise(sch, expand, expand_act, lanes)
+    _schedule_depthwise(sch, depthwise, depthwise_act, lanes)
+    _schedule_pointwise(sch, project, project_act, lanes)
+
+
+def _fuse_by_channels(sch: s_tir.Schedule, channels: int, lanes: int, parts: int) -> None:
+    """The expanded channels split between ``parts`` cores; each core, chunk by chunk of ``channels``, expands
+    the whole image into them, filters them and adds their share of the projection to sums of its own
+    (``rfactor``); the cores' sums are added at the end, with the bias and the residual."""
+    expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
+    *_, reduction = sch.get_loops(project)
+    part, chunks, chunk = sch.split(reduction, [parts, None, channels])
+    partial = sch.rfactor(part, 0)  # partial[part, i, j, n]: each core's share of the projection
+    i, j, n, part, chunks, chunk = sch.get_loops(partial)
+    sch.reorder(part, chunks, i, j, n, chunk)
+    sch.parallel(part)
+    for producer in (depthwise_act, depthwise, expand_act, expand):  # consumers first
+        sch.compute_at(producer, chunks, preserve_unit_loops=True)
+    _schedule_pointwise(sch, expand, expand_act, lanes)
+    _schedule_depthwise(sch, depthwise, depthwise_act, lanes)
+    _schedule_pointwise(sch, partial, None, lanes, zero_at=chunks)
+    i, j, n, part = sch.get_loops(project)  # the cores' sums added, vector by vector
+    outer, vector = sch.split(n, [None, _lanes(int(sch.get(n).extent), lanes)])
+    sch.reorder(i, j, outer, part, vector)
+    sch.vectorize(vector)
+    init = sch.decompose_reduction(project, part)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.reverse_compute_at(project_act, outer)
+    sch.vectorize(sch.get_loops(project_act)[-1])
+
+
+def outline(sch: s_tir.Schedule, depth: int = 2) -> str:
+    """The kernel's outer loops, ``depth`` deep, and below them the stages each loop runs, in order: what
+    ``compute_at`` changed, without the register tiles' loops (``sch.mod.script()`` prints all of it)."""
+    lines: list[str] = []
+
+    def stages_in(stmt, names: list[str] | None = None) -> list[str]:
+        names = [] if names is None else names
+        if isinstance(stmt, s_tir.SBlockRealize):
+            name = stmt.block.name_hint.removesuffix("_update")
+            if not name.endswith("_init") and name not in names:
+                names.append(name)
+            stages_in(stmt.block.body, names)
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt:
+                stages_in(part, names)
+        elif hasattr(stmt, "body"):
+            stages_in(stmt.body, names)
+        return names
+
+    def walk(stmt, level: int) -> None:
+        if isinstance(stmt, tirx.For):
+            kind = "parallel" if stmt.kind == tirx.ForKind.PARALLEL else "range"
+            if not stages_in(stmt):  # (only zeroing sums)
+                return
+            if level < depth:
+                lines.append(f"{'    ' * level}for {stmt.loop_var.name} in {kind}({stmt.extent}):")
+                walk(stmt.body, level + 1)
+            else:
+                lines.append(f"{'    ' * level}{', '.join(stages_in(stmt))}")
+        elif isinstance(stmt, tirx.SeqStmt):
+            for part in stmt:
+                walk(part, level)
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            if stmt.block.name_hint == "root":
+                walk(stmt.block.body, level)
+            else:
+                lines.append(f"{'    ' * level}{', '.join(stages_in(stmt))}")
+        elif hasattr(stmt, "body"):
+            walk(stmt.body, level)
+
+    walk(sch.mod["main"].body, 0)
+    return "\n".join(lines)
+
+
+def block_weights(block: torch.nn.Module) -> list[np.ndarray]:
+    """The block's weights with BatchNorm folded in, in ``block_function``'s order and layouts:
+    W1 (c_in, hidden), B1, W2 (3, 3, hidden), B2, W3 (hidden, c_out), B3."""
+    block_shape(block, 1)  # (checks the module)
+    pairs = []
+    for conv, bn in ((block.conv[0][0], block.conv[0][1]), (block.conv[1][0], block.conv[1][1]),
+                     (block.conv[2], block.conv[3])):
+        fused = torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval())
+        pairs.append((fused.weight.detach().numpy(), fused.bias.detach().numpy()))
+    (w1, b1), (w2, b2), (w3, b3) = pairs
+    return [np.ascontiguousarray(a, dtype="float32") for a in (
+        w1[:, :, 0, 0].T, b1, w2[:, 0].transpose(1, 2, 0), b2, w3[:, :, 0, 0].T, b3)]
+
+
+@dataclass
+class CompiledBlock:
+    """A block's kernel, compiled, with its weights and an output buffer on the CPU."""
+
+    shape: BlockShape
+    library: tvm.runtime.Module
+    weights: list
+
+    def run(self, x_nhwc: tvm.runtime.Tensor, out: tvm.runtime.Tensor) -> None:
+        self.library["main"](x_nhwc, *self.weights, out)
+
+    def runner(self, x: torch.Tensor) -> Callable[[], object]:
+        """A zero-argument call on ``x`` (NCHW, batch 1), already moved to channels last: the kernel alone."""
+        x_nhwc, out = self._buffers(x)
+        return lambda: self.run(x_nhwc, out)
+
+    def __call__(self, x: torch.Tensor) -> np.ndarray:
+        """The block on ``x`` (NCHW, batch 1), the result in NCHW like PyTorch's."""
+        x_nhwc, out = self._buffers(x)
+        self.run(x_nhwc, out)
+        return out.numpy().transpose(2, 0, 1)[None]
+
+    def _buffers(self, x: torch.Tensor):
+        want = (1, self.shape.c_in, self.shape.size, self.shape.size)
+        if tuple(x.shape) != want:
+            raise BlockError(f"the block was compiled for an input of shape {want}, got {tuple(x.shape)}.")
+        dev = tvm.cpu()
+        out = (self.shape.out_size, self.shape.out_size, self.shape.c_out)
+        return (tvm.runtime.tensor(np.ascontiguousarray(x[0].permute(1, 2, 0).numpy()), dev),
+                tvm.runtime.tensor(np.zeros(out, "float32"), dev))
+
+
+def compile_block(block: torch.nn.Module, size: int, tiling: Tiling | None = None,
+                  target: tvm.target.Target | None = None) -> CompiledBlock:
+    """``block`` compiled for this CPU on a ``size`` x ``size`` input: one kernel cut as ``tiling`` says, or
+    three kernels when ``tiling`` is None."""
+    shape = block_shape(block, size)
+    target = target or machine.cpu_target()
+    lanes = machine.float32_lanes(target)
+    cores = int(target.attrs.get("num-cores", machine.core_count()))
+    sch = schedule_separate(shape, lanes) if tiling is None else schedule_fused(shape, tiling, lanes, cores)
+    dev = tvm.cpu()
+    return CompiledBlock(shape, tvm.compile(sch.mod, target=target),
+                         [tvm.runtime.tensor(w, dev) for w in block_weights(block)])
+
+
+def check(compiled: CompiledBlock, block: torch.nn.Module, x: torch.Tensor, rtol: float = 1e-4) -> float:
+    """The kernel's relative error against PyTorch's block on ``x``; raises ``AssertionError`` above ``rtol``."""
+    with torch.no_grad():
+        want = block.eval()(x).numpy()
+    err = relative_error(compiled(x), want)
+    if not err <= rtol:
+        raise AssertionError(f"the compiled block differs from PyTorch's: relative error {err:.2e} > {rtol:.0e}.")
+    return err
+
+
+def time_tilings(block: torch.nn.Module, x: torch.Tensor, choices: Sequence[Tiling] | None = None,
+                 repeats: int | None = None) -> list[Timing]:
+    """The fused kernel with each tiling (default ``tilings``) beside the three separate kernels, interleaved in
+    one run, each checked against PyTorch first. Labels: ``SEPARATE`` and each tiling's (``"rows=4"``)."""
+    shape = block_shape(block, x.shape[-1])
+    runners = {}
+    for tiling in [None, *(choices or tilings(shape))]:
+        compiled = compile_block(block, shape.size, tiling)
+        check(compiled, block, x)
+        runners[SEPARATE if tiling is None else str(tiling)] = compiled.runner(x)
+    return timing.measure(runners, repeats=repeats, min_sample_ms=20)
+
+
+def best_tiling(timings: Sequence[Timing]) -> Tiling:
+    """The tiling of the fastest fused kernel in ``time_tilings``' timings."""
+    return Tiling.parse(min((t for t in timings if t.label != SEPARATE), key=lambda t: t.median_ms).label)
+
+
+def compare(block: torch.nn.Module, x: torch.Tensor, tiling: Tiling, peers: Sequence[str] = ("ONNX Runtime", "OpenVINO"),
+            repeats: int | None = None) -> list[Timing]:
+    """The block on ``x`` as three kernels, as one fused kernel (cut as ``tiling`` says), and in each peer engine
+    (fed the block's ONNX export, float32, run on PyTorch's NCHW tensor), interleaved in one run. A peer that
+    is not installed or cannot run the block is left out, with the reason printed."""
+    from . import peers as engines  # (the engines load only when compared)
+
+    shape = block_shape(block, x.shape[-1])
+    runners = {}
+    for label, how in ((SEPARATE, None), (FUSED, tiling)):
+        compiled = compile_block(block, shape.size, how)
+        check(compiled, block, x)
+        runners[label] = compiled.runner(x)
+    for label in peers:
+        try:
+            runners[label], _, _ = engines.onnx_engine_runner(label, block.eval(), x)
+        except engines.PeerUnavailable as why:
+            print(why)
+    return timing.measure_engines(runners, **({} if repeats is None else {"repeats": repeats}))

@@ -1,0 +1,118 @@
+"""Fusion across layers (``python -m helpers.maintainers.benchmark fusion``): every MobileNetV2 inverted residual
+block with an expansion as three TVM kernels and as one fused kernel (``helpers.block_fusion``), beside ONNX
+Runtime and OpenVINO (float32) running the same block, in one run per block (issue 50).
+
+For each block the fused kernel's tiling is picked first (``block_fusion.time_tilings``: every choice against
+the three kernels, one run), then the four are timed together (``block_fusion.compare``). The peers run the
+block's ONNX export on PyTorch's NCHW tensor, so their time includes a call's overhead and any layout change
+at the block's edges; TVM's kernels read and write channels last. So each engine is also read inside the whole
+model (``layer_compare``: ONNX Runtime's profiler, OpenVINO's counters): the block's three convolutions, their
+epilogues counted in, as the engine ran them there, where no call or layout change is paid per block.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import block_fusion, layer_compare, models, peers
+from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
+from ..timing import unreliable
+
+ENGINES = (block_fusion.SEPARATE, block_fusion.FUSED, peers.ORT, peers.OPENVINO)
+IN_MODEL = " in the model"  # after an engine's name: its time for the block read from its profile of the whole model
+
+
+def in_model_ms(layers: layer_compare.EngineLayers, blocks: list[tuple[int, block_fusion.BlockShape]]) -> dict[int, float]:
+    """Each block's milliseconds in an engine's profile of the whole MobileNetV2: its three convolutions (with
+    their epilogues), found in order by their shapes; a block not found is left out."""
+    times, calls = {}, list(layers.convs)
+    for index, shape in blocks:
+        want = [(shape.c_in, shape.size, shape.size, shape.hidden, shape.size, shape.size),
+                (shape.hidden, shape.size, shape.size, shape.hidden, shape.out_size, shape.out_size),
+                (shape.hidden, shape.out_size, shape.out_size, shape.c_out, shape.out_size, shape.out_size)]
+        for start in range(len(calls) - 2):
+            if [c.shape for c in calls[start:start + 3]] == want:
+                times[index] = sum(c.ms for c in calls[start:start + 3])
+                calls = calls[start + 3:]
+                break
+    return times
+
+
+def fusion_run(repeats: int = 20) -> dict:
+    """Each block's timings and its chosen band height, as records."""
+    model = models.load_model("mobilenet_v2")
+    blocks = block_fusion.mobilenet_v2_blocks(model)
+    rows = []
+    load_before = load_average()
+    whole = models.example_input(1)
+    in_model = {}
+    for engine, read in ((peers.ORT, layer_compare.onnx_runtime_layers), (peers.OPENVINO, layer_compare.openvino_layers)):
+        try:
+            in_model[engine + IN_MODEL] = in_model_ms(read(model, whole, repeats=repeats), blocks)
+        except Exception as err:  # an engine missing or failing: its column stays empty, with the reason
+            print(peers.why_missing(engine, err))
+    for index, shape in blocks:
+        block = model.features[index]
+        x = torch.rand(1, shape.c_in, shape.size, shape.size, generator=torch.Generator().manual_seed(index)) * 3
+        best = block_fusion.best_tiling(block_fusion.time_tilings(block, x, repeats=max(5, repeats // 2)))
+        timings = block_fusion.compare(block, x, best, repeats=repeats)
+        rows.append({"block": index, "shape": str(shape), "expanded_mb": round(shape.expanded_mb, 2),
+                     "tiling": str(best), "timings": records(timings),
+                     "in_model_ms": {engine: ms[index] for engine, ms in in_model.items() if index in ms}})
+        print(f"features[{index}] {shape}: {best}, "
+              + ", ".join(f"{t.label} {t.median_ms:.3f} ms" for t in timings), flush=True)
+    return {"model": "mobilenet_v2", "blocks": rows, "load_before": load_before, "load_after": load_average()}
+
+
+def _cell(record: dict | None) -> str:
+    if record is None:
+        return "-"
+    mark = UNRELIABLE_MARK if unreliable(record) else ""
+    return f"{mark}{record['median_ms'] * 1000:.0f} ({record['iqr_ms'] * 1000:.0f})"
+
+
+IN_MODEL_ENGINES = tuple(engine + IN_MODEL for engine in (peers.ORT, peers.OPENVINO))
+
+
+def _times(row: dict) -> dict[str, float]:
+    """A block's milliseconds by column: the four timed on the block, and the engines' in the whole model."""
+    return {**{e: r["median_ms"] for e, r in row["timings"].items()}, **row.get("in_model_ms", {})}
+
+
+def format_fusion(result: dict, machine_summary: str) -> str:
+    """The blocks as a Markdown table: microseconds (median, IQR where timed on the block), the fused kernel
+    against the three kernels and against the fastest engine, on the block alone and inside the whole model,
+    and the totals over all blocks."""
+    columns = (*ENGINES, *IN_MODEL_ENGINES)
+    head = ["block", "shape", "expanded (MB)", "fused tiling", *(f"{c} (us)" for c in columns),
+            "fused / three kernels", "fused / fastest engine, block alone", "fused / fastest engine in the model"]
+    lines = [f"Machine: {machine_summary}. MobileNetV2's inverted residual blocks with an expansion, batch 1, "
+             "float32; medians in microseconds (IQR); ratios > 1: the fused kernel is faster. \"in the model\": "
+             "the block's three convolutions in the engine's own profile of the whole model.", "",
+             "| " + " | ".join(head) + " |", "|" + " --- |" * 2 + " ---: |" * (len(head) - 2)]
+
+    def ratios(times: dict[str, float]) -> str:
+        fused = times[block_fusion.FUSED]
+        cells = [f"{times[block_fusion.SEPARATE] / fused:.2f}x"]
+        for engines in ((peers.ORT, peers.OPENVINO), IN_MODEL_ENGINES):
+            present = [times[e] for e in engines if e in times]
+            cells.append(f"{min(present) / fused:.2f}x" if present else "-")
+        return " | ".join(cells)
+
+    for row in result["blocks"]:
+        times, timed = _times(row), row["timings"]
+        cells = [_cell(timed[c]) if c in timed else f"{times[c] * 1000:.0f}" if c in times else "-" for c in columns]
+        lines.append(f"| features[{row['block']}] | {row['shape']} | {row['expanded_mb']} | {row['tiling']} | "
+                     + " | ".join(cells) + f" | {ratios(times)} |")
+    # Totals over all blocks, for each column with a time for every block.
+    every = [_times(row) for row in result["blocks"]]
+    totals = {c: sum(t[c] for t in every) for c in columns if all(c in t for t in every)}
+    lines.append("| all | | | | " + " | ".join(f"{totals[c] * 1000:.0f}" if c in totals else "-" for c in columns)
+                 + f" | {ratios(totals)} |")
+    lines += ["", f"Load average: {result['load_before']} before, {result['load_after']} after."]
+    return "\n".join(lines)
+
+
+def run_fusion(repeats: int = 20, save: bool = True) -> str:
+    return print_and_keep("fusion", "MobileNetV2's blocks: three kernels, one fused kernel, and the engines",
+                          fusion_run(repeats), format_fusion, save)

@@ -1,0 +1,151 @@
+"""One inverted residual block as one fused TensorIR kernel (helpers.block_fusion, Day 13): real builds, checked
+against PyTorch's block on shapes the course does not show."""
+
+import pytest
+import torch
+import tvm
+from torchvision.models.mobilenetv2 import InvertedResidual
+
+from helpers import block_fusion, layer_compare, models, peers
+from helpers.maintainers import fusion_table
+
+
+def _block(c_in: int, c_out: int, stride: int, expand: int, seed: int) -> torch.nn.Module:
+    """A torchvision block with BatchNorm statistics far from the identity, so that folding them matters."""
+    torch.manual_seed(seed)
+    block = InvertedResidual(c_in, c_out, stride, expand).eval()
+    with torch.no_grad():
+        for bn in (m for m in block.modules() if isinstance(m, torch.nn.BatchNorm2d)):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.3, 0.3)
+    return block
+
+
+CASES = [  # (c_in, c_out, stride, expansion, size): residual, stride 2, widths that 16 lanes do not divide
+    (8, 8, 1, 6, 10),
+    (8, 12, 2, 4, 12),
+    (12, 20, 1, 3, 6),
+]
+
+
+@pytest.mark.parametrize("c_in,c_out,stride,expand,size", CASES)
+def test_the_fused_kernel_computes_the_block_with_every_tiling(c_in, c_out, stride, expand, size):
+    block = _block(c_in, c_out, stride, expand, seed=size)
+    x = torch.rand(1, c_in, size, size) * 4 - 1  # below zero and above six: both clips are used
+    shape = block_fusion.block_shape(block, size)
+    assert shape.residual == (stride == 1 and c_in == c_out)
+    choices = block_fusion.tilings(shape)
+    assert any(t.rows for t in choices) and any(t.channels for t in choices)
+    for tiling in [None, *choices]:
+        compiled = block_fusion.compile_block(block, size, tiling)
+        assert block_fusion.check(compiled, block, x) < 1e-5, tiling
+
+
+def test_fusing_moves_every_stage_into_the_loop_over_pieces_and_separate_kernels_keep_their_own():
+    shape = block_fusion.BlockShape(size=8, c_in=8, hidden=24, c_out=8, stride=1)
+    fused = block_fusion.schedule_fused(shape, block_fusion.Tiling(rows=2), lanes=8, cores=2)
+    separate = block_fusion.schedule_separate(shape, lanes=8)
+
+    def outer_loops(sch):  # (a convolution's block is its "_update" after its reduction is split)
+        names = [f"{n}_update" if n in ("expand", "depthwise", "project") else n for n in block_fusion.STAGES]
+        return {name.removesuffix("_update"): sch.get(sch.get_loops(sch.get_sblock(name))[0]) for name in names}
+
+    fused_outer = outer_loops(fused)
+    band = fused_outer["project_act"]
+    assert all(loop.same_as(band) for loop in fused_outer.values())
+    assert int(band.extent) == 4 and band.kind == tvm.tirx.ForKind.PARALLEL
+    separate_outer = outer_loops(separate)
+    assert not separate_outer["expand"].same_as(separate_outer["project"])
+    assert int(separate_outer["expand"].extent) == shape.size  # every row, in one kernel
+
+    by_channels = block_fusion.schedule_fused(shape, block_fusion.Tiling(channels=4), lanes=8, cores=2)
+    partial = by_channels.get_sblock("project_rf_update")  # each core's share of the projection
+    part, chunks = by_channels.get_loops(partial)[:2]
+    assert by_channels.get(part).kind == tvm.tirx.ForKind.PARALLEL and int(by_channels.get(part).extent) == 2
+    assert int(by_channels.get(chunks).extent) == 3  # 24 channels: 12 per core, in chunks of 4
+    for stage in ("expand_update", "depthwise_update"):  # both inside the loop over chunks
+        loop = by_channels.get_loops(by_channels.get_sblock(stage))[1]
+        assert by_channels.get(loop).same_as(by_channels.get(chunks))
+
+def test_a_tiling_that_does_not_cut_the_block_evenly_is_refused_with_the_choices():
+    shape = block_fusion.BlockShape(size=14, c_in=8, hidden=48, c_out=8, stride=1)
+    choices = [str(t) for t in block_fusion.tilings(shape, cores=2, lanes=16)]
+    assert choices == ["rows=1", "rows=2", "rows=7", "channels=8", "channels=24"]  # 24 channels per core, 8 lanes
+    for bad in (block_fusion.Tiling(rows=3), block_fusion.Tiling(channels=16)):
+        with pytest.raises(block_fusion.BlockError, match=rf"{bad} does not cut .* 14 output rows.* 24 expanded "
+                                                          r"channels; try one of \['rows=1', 'rows=2'"):
+            block_fusion.schedule_fused(shape, bad, lanes=16, cores=2)
+    block_fusion.schedule_fused(shape, block_fusion.Tiling(rows=14), lanes=16, cores=2)  # one band: slow, not wrong
+    with pytest.raises(block_fusion.BlockError, match="not both"):
+        block_fusion.Tiling(rows=2, channels=8)
+    assert block_fusion.Tiling.parse("channels=24") == block_fusion.Tiling(channels=24)
+    with pytest.raises(block_fusion.BlockError, match="not a tiling"):
+        block_fusion.Tiling.parse("TVM, three kernels")
+
+
+def test_only_inverted_residual_blocks_with_an_expansion_compile():
+    model = models.load_model("mobilenet_v2", pretrained=False)
+    blocks = block_fusion.mobilenet_v2_blocks(model)
+    assert [i for i, _ in blocks] == list(range(2, 18))
+    first = dict(blocks)[2]
+    assert (first.size, first.c_in, first.hidden, first.c_out, first.stride, first.out_size) == (112, 16, 96, 24, 2, 56)
+    assert first.expanded_mb == pytest.approx(112 * 112 * 96 * 4 / 1e6)
+    for module in (model.features[1], model.features[0], torch.nn.Conv2d(3, 3, 1)):
+        with pytest.raises(block_fusion.BlockError, match="features"):
+            block_fusion.block_shape(module, 8)
+
+
+def test_a_wrong_input_shape_is_named():
+    block = _block(8, 8, 1, 2, seed=0)
+    compiled = block_fusion.compile_block(block, 6, block_fusion.Tiling(rows=3))
+    with pytest.raises(block_fusion.BlockError, match=r"\(1, 8, 6, 6\), got \(1, 8, 7, 7\)"):
+        compiled(torch.rand(1, 8, 7, 7))
+
+
+def test_the_comparison_times_both_kernels_and_the_engines_on_one_block(capsys):
+    block = _block(8, 8, 1, 4, seed=3)
+    x = torch.rand(1, 8, 8, 8)
+    timings = block_fusion.compare(block, x, block_fusion.Tiling(channels=16), repeats=3)
+    labels = [t.label for t in timings]
+    assert labels[:2] == [block_fusion.SEPARATE, block_fusion.FUSED]
+    missing = capsys.readouterr().out
+    for engine in (peers.ORT, peers.OPENVINO):  # each timed, or said why not
+        assert engine in labels or engine in missing
+    assert all(len(t.times_ms) == 3 and t.median_ms > 0 for t in timings)
+    choices = [block_fusion.Tiling(rows=4), block_fusion.Tiling(channels=16)]
+    timings = block_fusion.time_tilings(block, x, choices, repeats=3)
+    assert [t.label for t in timings] == [block_fusion.SEPARATE, "rows=4", "channels=16"]
+    assert block_fusion.best_tiling(timings) in choices
+
+
+def test_the_fusion_table_gives_each_blocks_ratios_and_the_totals():
+    def rec(ms):
+        return {"median_ms": ms, "iqr_ms": ms / 20, "repeats": 20}
+
+    ort_model, ov_model = peers.ORT + fusion_table.IN_MODEL, peers.OPENVINO + fusion_table.IN_MODEL
+    blocks = [{"block": 2, "shape": "a", "expanded_mb": 4.82, "tiling": "rows=4",
+               "timings": {block_fusion.SEPARATE: rec(0.8), block_fusion.FUSED: rec(0.4), peers.ORT: rec(0.6),
+                           peers.OPENVINO: rec(0.5)},
+               "in_model_ms": {ort_model: 0.44, ov_model: 0.3}},
+              {"block": 16, "shape": "b", "expanded_mb": 0.19, "tiling": "channels=96",
+               "timings": {block_fusion.SEPARATE: rec(0.3), block_fusion.FUSED: rec(0.5), peers.ORT: rec(0.1)},
+               "in_model_ms": {ort_model: 0.06}}]
+    text = fusion_table.format_fusion({"blocks": blocks, "load_before": 0.1, "load_after": 0.2}, "a test machine")
+    lines = text.splitlines()
+    assert ("| features[2] | a | 4.82 | rows=4 | 800 (40) | 400 (20) | 600 (30) | 500 (25) | 440 | 300 | 2.00x | 1.25x "
+            "| 0.75x |") in lines
+    assert "| features[16] | b | 0.19 | channels=96 | 300 (15) | 500 (25) | 100 (5) | - | 60 | - | 0.60x | 0.20x | 0.12x |" in lines
+    total = next(line for line in lines if line.startswith("| all"))  # OpenVINO missed a block: no total of its own
+    assert total == f"| all | | | | 1100 | 900 | 700 | - | 500 | - | {1.1 / 0.9:.2f}x | {0.7 / 0.9:.2f}x | {0.5 / 0.9:.2f}x |"
+
+
+def test_an_engines_blocks_are_found_in_its_profile_of_the_whole_model_by_their_shapes():
+    shape = block_fusion.BlockShape(size=8, c_in=4, hidden=12, c_out=6, stride=2)
+    calls = [layer_compare.ConvCall("stem", (3, 16, 16, 4, 8, 8), 1.0),
+             layer_compare.ConvCall("e", (4, 8, 8, 12, 8, 8), 0.1), layer_compare.ConvCall("d", (12, 8, 8, 12, 4, 4), 0.2),
+             layer_compare.ConvCall("p", (12, 4, 4, 6, 4, 4), 0.3), layer_compare.ConvCall("head", (6, 4, 4, 8, 4, 4), 2.0)]
+    layers = layer_compare.EngineLayers("engine", calls, rest_ms=0.5)
+    missing = block_fusion.BlockShape(size=8, c_in=4, hidden=24, c_out=6, stride=2)
+    assert fusion_table.in_model_ms(layers, [(2, shape), (3, missing)]) == {2: pytest.approx(0.6)}
