@@ -15,45 +15,46 @@ Import the modules a day needs, e.g. ``from helpers import models, build, timing
 The learner's modules, the days whose notebooks import them (``tests/test_architecture.py`` reads the
 notebooks and checks this table), and what each owns:
 
-    module          days                          owns
-    machine         0-14                          the CPU (LLVM name, features, cores, FMA units), TVM's targets, GPU or not, a smaller CPU class imitated
-    models          0-10, 12-14                   torchvision models, example inputs, torch.export to Relax with the weights split out
-    build           0-10, 12-14                   compile, load and run on the VirtualMachine, parity with PyTorch, the fusion passes
-    ir              0-3, 5-7, 9-10, 12-14         operator histograms, kernel counts, fused functions, a convolution's FLOPs
-    envcheck        0                             is this machine ready for the course
-    reference       0-14                          what the reference machines measured, printed beside this machine's value
-    zoo             11                            the capstone: a model through the whole pipeline, its operator mix
-    timing          2, 4-5, 7-14                  one timing method for every backend, its records and tables, runners, busy cores
-    config          4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
-    dynamic         4                             one build for every batch size
-    peers           4, 8, 11-14                   the engines tuned TVM is held against, checked against eager; the tables' labels
-    plotting        4-5, 7-9, 11-14               every plot, titled and labelled
-    profiling       5, 8, 12, 13                  per-kernel times from the VM's instrument hook
-    export          6, 12-14                      a deployable artefact, run in a fresh process
-    kernels         7-8, 13-14                    one TensorIR kernel in NCHW and NCHWc, GFLOP/s against the peak, TVM's thread pool
-    nchwc           7, 12                         a whole model's convolutions in channel blocks, Day 7's schedule as a search space; a channels-last depthwise one
-    databases       7-8, 10, 12-14                which tuning database a model is built with, and why
-    tuning          8, 12-14                      MetaSchedule: search, in-process builds, databases, tuned builds (a package)
-    transfer_study  8                             reading the studies of a database tuned on another CPU
-    rpc_tuning      8                             tuning with candidates measured on other machines
-    benchmark       8, 11, 13                     the results files, under their old name (see ``results``)
-    gpu             9                             CUDA builds, GPU timing with sync, the recorded GPU measurements
-    dynamo          10                            TVM as a ``torch.compile`` backend
-    layer_compare   11                            tuned TVM's convolutions against a peer's, layer by layer
-    int8            12                            int8 dot products on VNNI and AVX2, with tensor intrinsics that work here
-    quantize        12                            post-training int8 quantization of pointwise convolutions
-    bf16            12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here
-    bf16_model      12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
-    amx             12                            bfloat16 and int8 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
-    dispatch        7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
-    block_fusion    13                            a MobileNetV2 block's three convolutions as one kernel, cut in bands of rows or chunks of channels
-    errors          14                            the errors the course raises on bad input
-    transformer     14                            a small GPT: symbolic length, buckets, decoding with a KV cache
-    paged_cache     14                            TVM's paged KV cache for the small GPT
-    hugging_face    14                            Hugging Face architectures built from a config, through TVM
-    results         -                             the results files in results/ (no day imports it yet: Days 8, 11, 13 use ``benchmark``)
-    cache           -                             tuned builds compiled once, then loaded; the test suite's import cache
-    capture         3                             stderr capture, C++ included (Days 6, 13 and 14 use it as ``export.capture_stderr``)
+    module           days                          owns
+    machine          0-14                          the CPU (LLVM name, features, cores, FMA units), TVM's targets, GPU or not, a smaller CPU class imitated
+    models           0-10, 12-14                   torchvision models, example inputs, torch.export to Relax with the weights split out
+    build            0-10, 12-14                   compile, load and run on the VirtualMachine, parity with PyTorch, the fusion passes
+    ir               0-3, 5-7, 9-10, 12-14         operator histograms, kernel counts, fused functions, a convolution's FLOPs
+    envcheck         0                             is this machine ready for the course
+    reference        0-14                          what the reference machines measured, printed beside this machine's value
+    zoo              11                            the capstone: a model through the whole pipeline, its operator mix
+    timing           2, 4-5, 7-14                  one timing method for every backend, its records and tables, runners, busy cores
+    config           4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
+    dynamic          4                             one build for every batch size
+    peers            4, 8, 11-14                   the engines tuned TVM is held against, checked against eager; the tables' labels
+    plotting         4-5, 7-9, 11-14               every plot, titled and labelled
+    profiling        5, 8, 12, 13                  per-kernel times from the VM's instrument hook
+    export           6, 12-14                      a deployable artefact, run in a fresh process
+    kernels          7-8, 13-14                    one TensorIR kernel in NCHW and NCHWc, GFLOP/s against the peak, TVM's thread pool
+    nchwc            7, 12                         a whole model's convolutions in channel blocks, Day 7's schedule as a search space; a channels-last depthwise one
+    databases        7-8, 10, 12-14                which tuning database a model is built with, and why
+    tuning           8, 12-14                      MetaSchedule: search, in-process builds, databases, tuned builds (a package)
+    transfer_study   8                             reading the studies of a database tuned on another CPU
+    rpc_tuning       8                             tuning with candidates measured on other machines
+    benchmark        8, 11, 13                     the results files, under their old name (see ``results``)
+    gpu              9                             CUDA builds, GPU timing with sync, the recorded GPU measurements
+    dynamo           10                            TVM as a ``torch.compile`` backend
+    layer_compare    11                            tuned TVM's convolutions against a peer's, layer by layer
+    int8             12                            int8 dot products on VNNI and AVX2, with tensor intrinsics that work here
+    quantize         12                            post-training int8 quantization of pointwise convolutions
+    bf16             12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here
+    bf16_model       12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
+    amx              12                            bfloat16 and int8 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
+    dispatch         7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
+    block_fusion     13                            a MobileNetV2 block's three convolutions as one kernel, cut in bands of rows or chunks of channels
+    fused_mobilenet  13                            a whole MobileNetV2 from those kernels, channels last, as one Relax module
+    errors           14                            the errors the course raises on bad input
+    transformer      14                            a small GPT: symbolic length, buckets, decoding with a KV cache
+    paged_cache      14                            TVM's paged KV cache for the small GPT
+    hugging_face     14                            Hugging Face architectures built from a config, through TVM
+    results          -                             the results files in results/ (no day imports it yet: Days 8, 11, 13 use ``benchmark``)
+    cache            -                             tuned builds compiled once, then loaded; the test suite's import cache
+    capture          3                             stderr capture, C++ included (Days 6, 13 and 14 use it as ``export.capture_stderr``)
 """
 
 import os

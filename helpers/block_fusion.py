@@ -53,6 +53,7 @@ class BlockShape:
     hidden: int
     c_out: int
     stride: int
+    expands: bool = True  # False: MobileNetV2's first block, a depthwise and a projection (hidden == c_in)
 
     @property
     def out_size(self) -> int:
@@ -67,7 +68,7 @@ class BlockShape:
     def flops(self) -> int:
         """Multiplies and adds of the three convolutions (each once: a fused kernel's recomputed edges not counted)."""
         pixels, out_pixels = self.size**2, self.out_size**2
-        return 2 * (pixels * self.c_in * self.hidden + out_pixels * 9 * self.hidden + out_pixels * self.hidden * self.c_out)
+        return 2 * (pixels * self.c_in * self.hidden * self.expands + out_pixels * 9 * self.hidden + out_pixels * self.hidden * self.c_out)
 
     @property
     def expanded_mb(self) -> float:
@@ -75,19 +76,21 @@ class BlockShape:
         return self.size**2 * self.hidden * 4 / 1e6
 
     def __str__(self) -> str:
-        return (f"{self.c_in}x{self.size}x{self.size} -> {self.hidden} -> 3x3/{self.stride} -> "
+        expanded = f" -> {self.hidden}" if self.expands else ""
+        return (f"{self.c_in}x{self.size}x{self.size}{expanded} -> 3x3/{self.stride} -> "
                 f"{self.c_out}x{self.out_size}x{self.out_size}")
 
 
 def block_shape(block: torch.nn.Module, size: int) -> BlockShape:
-    """The shape of torchvision's ``InvertedResidual`` ``block`` on a ``size`` x ``size`` input. Raises
-    ``BlockError`` for any other module, or a block without an expansion (MobileNetV2's first)."""
+    """The shape of torchvision's ``InvertedResidual`` ``block`` on a ``size`` x ``size`` input (MobileNetV2's
+    ``features[1:18]``; the first has no expansion). Raises ``BlockError`` for any other module."""
     convs = [m for m in block.modules() if isinstance(m, torch.nn.Conv2d)]
-    if type(block).__name__ != "InvertedResidual" or len(convs) != 3:
-        raise BlockError(f"{type(block).__name__} is not an inverted residual block with an expansion (three "
-                         "convolutions): pass one of MobileNetV2's features[2:18].")
-    expand, depthwise, project = convs
-    return BlockShape(size, expand.in_channels, expand.out_channels, project.out_channels, depthwise.stride[0])
+    if type(block).__name__ != "InvertedResidual" or len(convs) not in (2, 3):
+        raise BlockError(f"{type(block).__name__} is not an inverted residual block: pass one of MobileNetV2's "
+                         "features[1:18].")
+    *expand, depthwise, project = convs
+    return BlockShape(size, depthwise.in_channels if not expand else expand[0].in_channels, depthwise.out_channels,
+                      project.out_channels, depthwise.stride[0], expands=bool(expand))
 
 
 def mobilenet_v2_blocks(model: torch.nn.Module, size: int = 224) -> list[tuple[int, BlockShape]]:
@@ -113,12 +116,16 @@ def block_function(shape: BlockShape) -> tirx.PrimFunc:
     h, c_in, hidden, c_out, stride = shape.size, shape.c_in, shape.hidden, shape.c_out, shape.stride
     out = shape.out_size
     x = te.placeholder((h, h, c_in), name="X")
-    w1, b1 = te.placeholder((c_in, hidden), name="W1"), te.placeholder((hidden,), name="B1")
     w2, b2 = te.placeholder((3, 3, hidden), name="W2"), te.placeholder((hidden,), name="B2")
     w3, b3 = te.placeholder((hidden, c_out), name="W3"), te.placeholder((c_out,), name="B3")
-    k = te.reduce_axis((0, c_in), "k")
-    expand = te.compute((h, h, hidden), lambda i, j, c: te.sum(x[i, j, k] * w1[k, c], axis=k), name="expand")
-    expand_act = te.compute((h, h, hidden), lambda i, j, c: _relu6(expand[i, j, c] + b1[c]), name="expand_act")
+    if shape.expands:
+        w1, b1 = te.placeholder((c_in, hidden), name="W1"), te.placeholder((hidden,), name="B1")
+        k = te.reduce_axis((0, c_in), "k")
+        expand = te.compute((h, h, hidden), lambda i, j, c: te.sum(x[i, j, k] * w1[k, c], axis=k), name="expand")
+        expand_act = te.compute((h, h, hidden), lambda i, j, c: _relu6(expand[i, j, c] + b1[c]), name="expand_act")
+        weights = [w1, b1, w2, b2, w3, b3]
+    else:
+        expand_act, weights = x, [w2, b2, w3, b3]
     padded = te.compute((h + 2, h + 2, hidden), lambda i, j, c: te.if_then_else(
         tirx.all(i >= 1, i <= h, j >= 1, j <= h), expand_act[i - 1, j - 1, c], tirx.const(0.0, "float32")),
         name="pad")
@@ -134,7 +141,7 @@ def block_function(shape: BlockShape) -> tirx.PrimFunc:
         result = te.compute((out, out, c_out), lambda i, j, n: project[i, j, n] + b3[n] + x[i, j, n], name="project_act")
     else:
         result = te.compute((out, out, c_out), lambda i, j, n: project[i, j, n] + b3[n], name="project_act")
-    return te.create_prim_func([x, w1, b1, w2, b2, w3, b3, result])
+    return te.create_prim_func([x, *weights, result])
 
 
 def _lanes(channels: int, lanes: int) -> int:
@@ -158,32 +165,34 @@ def _register_tile(pixels: int, vectors: int) -> tuple[int, int]:
                 and p * v <= ACCUMULATORS), key=lambda pv: (pv[0] * pv[1], pv[0]))
 
 
-def _schedule_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bool = False,
-                        zero_at=None) -> None:
+def tile_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bool = False,
+                   zero_at=None, channels_outer: bool = False) -> None:
     """A 1x1 convolution's innermost loops (rows, columns, channels, reduction) tiled for registers: a tile of
     pixels along a row x vectors of channels, the reduction outside it, the epilogue (if any) on each finished
-    tile; ``parallel``: the rows split between the cores; ``zero_at``: the loop before which the sums are
-    zeroed, when the reduction goes on outside these loops (default: just before them)."""
+    tile; ``parallel``: the rows split between the cores (with ``channels_outer``, the groups of output
+    channels: each core then reads only its share of the weights, once, for a small image of many channels);
+    ``zero_at``: the loop before which the sums are zeroed, when the reduction goes on outside these loops
+    (default: just before them)."""
     i, j, c, k = sch.get_loops(conv)[-4:]
     channels = int(sch.get(c).extent)
     width = _lanes(channels, lanes)
     p, v = _register_tile(int(sch.get(j).extent), channels // width)
     cols, col = sch.split(j, [None, p])
     groups, group, vector = sch.split(c, [None, v, width])
-    sch.reorder(i, cols, groups, k, col, group, vector)
+    sch.reorder(*((groups, i, cols) if channels_outer else (i, cols, groups)), k, col, group, vector)
     if parallel:
-        sch.parallel(i)
+        sch.parallel(groups if channels_outer else i)
     sch.vectorize(vector)
     sch.unroll(group)
     sch.unroll(col)
     init = sch.decompose_reduction(conv, k if zero_at is None else zero_at)
     sch.vectorize(sch.get_loops(init)[-1])
     if epilogue is not None:
-        sch.reverse_compute_at(epilogue, groups)
+        sch.reverse_compute_at(epilogue, cols if channels_outer else groups)
         sch.vectorize(sch.get_loops(epilogue)[-1])
 
 
-def _schedule_depthwise(sch: s_tir.Schedule, conv, epilogue, lanes: int) -> None:
+def tile_depthwise(sch: s_tir.Schedule, conv, epilogue, lanes: int) -> None:
     """The depthwise convolution's innermost loops: up to 8 pixels x one vector of sums over the 9 taps, the
     zero padding read in place."""
     i, j, c, r, s = sch.get_loops(conv)[-5:]
@@ -200,8 +209,15 @@ def _schedule_depthwise(sch: s_tir.Schedule, conv, epilogue, lanes: int) -> None
 
 
 def _stages(sch: s_tir.Schedule) -> list:
+    """The six stages' blocks (the padding inlined into the depthwise one); None for a block's missing expansion."""
     sch.compute_inline(sch.get_sblock("pad"))
-    return [sch.get_sblock(name) for name in STAGES]
+    stages = []
+    for name in STAGES:
+        try:
+            stages.append(sch.get_sblock(name))
+        except s_tir.ScheduleError:  # (no such block: a block without an expansion)
+            stages.append(None)
+    return stages
 
 
 def schedule_separate(shape: BlockShape, lanes: int | None = None) -> s_tir.Schedule:
@@ -211,9 +227,10 @@ def schedule_separate(shape: BlockShape, lanes: int | None = None) -> s_tir.Sche
     sch = s_tir.Schedule(block_function(shape))
     expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
     sch.parallel(sch.get_loops(depthwise)[0])  # (before the reduction is split, as parallel needs)
-    _schedule_pointwise(sch, expand, expand_act, lanes, parallel=True)
-    _schedule_depthwise(sch, depthwise, depthwise_act, lanes)
-    _schedule_pointwise(sch, project, project_act, lanes, parallel=True)
+    if expand is not None:
+        tile_pointwise(sch, expand, expand_act, lanes, parallel=True)
+    tile_depthwise(sch, depthwise, depthwise_act, lanes)
+    tile_pointwise(sch, project, project_act, lanes, parallel=True)
     return sch
 
 
@@ -283,11 +300,13 @@ def _fuse_by_rows(sch: s_tir.Schedule, rows: int, lanes: int) -> None:
     expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
     bands, _ = sch.split(sch.get_loops(project_act)[0], [None, rows])
     for producer in (project, depthwise_act, depthwise, expand_act, expand):  # consumers first
-        sch.compute_at(producer, bands, preserve_unit_loops=True)
+        if producer is not None:
+            sch.compute_at(producer, bands, preserve_unit_loops=True)
     sch.parallel(bands)
-    _schedule_pointwise(sch, expand, expand_act, lanes)
-    _schedule_depthwise(sch, depthwise, depthwise_act, lanes)
-    _schedule_pointwise(sch, project, project_act, lanes)
+    if expand is not None:
+        tile_pointwise(sch, expand, expand_act, lanes)
+    tile_depthwise(sch, depthwise, depthwise_act, lanes)
+    tile_pointwise(sch, project, project_act, lanes)
 
 
 def _fuse_by_channels(sch: s_tir.Schedule, channels: int, lanes: int, parts: int) -> None:
@@ -302,10 +321,12 @@ def _fuse_by_channels(sch: s_tir.Schedule, channels: int, lanes: int, parts: int
     sch.reorder(part, chunks, i, j, n, chunk)
     sch.parallel(part)
     for producer in (depthwise_act, depthwise, expand_act, expand):  # consumers first
-        sch.compute_at(producer, chunks, preserve_unit_loops=True)
-    _schedule_pointwise(sch, expand, expand_act, lanes)
-    _schedule_depthwise(sch, depthwise, depthwise_act, lanes)
-    _schedule_pointwise(sch, partial, None, lanes, zero_at=chunks)
+        if producer is not None:
+            sch.compute_at(producer, chunks, preserve_unit_loops=True)
+    if expand is not None:
+        tile_pointwise(sch, expand, expand_act, lanes)
+    tile_depthwise(sch, depthwise, depthwise_act, lanes)
+    tile_pointwise(sch, partial, None, lanes, zero_at=chunks)
     i, j, n, part = sch.get_loops(project)  # the cores' sums added, vector by vector
     outer, vector = sch.split(n, [None, _lanes(int(sch.get(n).extent), lanes)])
     sch.reorder(i, j, outer, part, vector)
@@ -361,17 +382,16 @@ def outline(sch: s_tir.Schedule, depth: int = 2) -> str:
 
 
 def block_weights(block: torch.nn.Module) -> list[np.ndarray]:
-    """The block's weights with BatchNorm folded in, in ``block_function``'s order and layouts:
-    W1 (c_in, hidden), B1, W2 (3, 3, hidden), B2, W3 (hidden, c_out), B3."""
+    """The block's weights with BatchNorm folded in, in ``block_function``'s order and layouts: W1 (c_in,
+    hidden), B1 (where the block expands), W2 (3, 3, hidden), B2, W3 (hidden, c_out), B3."""
     block_shape(block, 1)  # (checks the module)
-    pairs = []
-    for conv, bn in ((block.conv[0][0], block.conv[0][1]), (block.conv[1][0], block.conv[1][1]),
-                     (block.conv[2], block.conv[3])):
-        fused = torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval())
-        pairs.append((fused.weight.detach().numpy(), fused.bias.detach().numpy()))
-    (w1, b1), (w2, b2), (w3, b3) = pairs
-    return [np.ascontiguousarray(a, dtype="float32") for a in (
-        w1[:, :, 0, 0].T, b1, w2[:, 0].transpose(1, 2, 0), b2, w3[:, :, 0, 0].T, b3)]
+    *layers, project, project_bn = block.conv  # each layer before the projection: a convolution, a BatchNorm, ReLU6
+    folded = [torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval())
+              for conv, bn in [(layer[0], layer[1]) for layer in layers] + [(project, project_bn)]]
+    *expand, depthwise, projection = [(f.weight.detach().numpy(), f.bias.detach().numpy()) for f in folded]
+    arrays = [expand[0][0][:, :, 0, 0].T, expand[0][1]] if expand else []
+    arrays += [depthwise[0][:, 0].transpose(1, 2, 0), depthwise[1], projection[0][:, :, 0, 0].T, projection[1]]
+    return [np.ascontiguousarray(a, dtype="float32") for a in arrays]
 
 
 @dataclass

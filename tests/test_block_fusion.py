@@ -85,16 +85,27 @@ def test_a_tiling_that_does_not_cut_the_block_evenly_is_refused_with_the_choices
         block_fusion.Tiling.parse("TVM, three kernels")
 
 
-def test_only_inverted_residual_blocks_with_an_expansion_compile():
+def test_mobilenets_blocks_are_read_with_their_shapes_and_anything_else_is_refused():
     model = models.load_model("mobilenet_v2", pretrained=False)
     blocks = block_fusion.mobilenet_v2_blocks(model)
-    assert [i for i, _ in blocks] == list(range(2, 18))
+    assert [i for i, _ in blocks] == list(range(2, 18))  # the blocks with an expansion
     first = dict(blocks)[2]
     assert (first.size, first.c_in, first.hidden, first.c_out, first.stride, first.out_size) == (112, 16, 96, 24, 2, 56)
     assert first.expanded_mb == pytest.approx(112 * 112 * 96 * 4 / 1e6)
-    for module in (model.features[1], model.features[0], torch.nn.Conv2d(3, 3, 1)):
+    no_expansion = block_fusion.block_shape(model.features[1], 112)
+    assert (no_expansion.c_in, no_expansion.hidden, no_expansion.c_out, no_expansion.expands) == (32, 32, 16, False)
+    assert str(no_expansion) == "32x112x112 -> 3x3/1 -> 16x112x112"
+    for module in (model.features[0], torch.nn.Conv2d(3, 3, 1)):
         with pytest.raises(block_fusion.BlockError, match="features"):
             block_fusion.block_shape(module, 8)
+
+
+def test_a_block_without_an_expansion_is_a_depthwise_and_a_projection_in_one_kernel():
+    torch.manual_seed(1)
+    block = InvertedResidual(16, 8, 1, 1).eval()
+    x = torch.rand(1, 16, 10, 10) * 4 - 1
+    for tiling in (None, block_fusion.Tiling(rows=5), block_fusion.Tiling(channels=8)):
+        assert block_fusion.check(block_fusion.compile_block(block, 10, tiling), block, x) < 1e-5
 
 
 def test_a_wrong_input_shape_is_named():
@@ -139,6 +150,16 @@ def test_the_fusion_table_gives_each_blocks_ratios_and_the_totals():
     assert "| features[16] | b | 0.19 | channels=96 | 300 (15) | 500 (25) | 100 (5) | - | 60 | - | 0.60x | 0.20x | 0.12x |" in lines
     total = next(line for line in lines if line.startswith("| all"))  # OpenVINO missed a block: no total of its own
     assert total == f"| all | | | | 1100 | 900 | 700 | - | 500 | - | {1.1 / 0.9:.2f}x | {0.7 / 0.9:.2f}x | {0.5 / 0.9:.2f}x |"
+
+    whole = {"timings": {fusion_table.FUSED_MEASURED: rec(2.0), peers.OPENVINO: rec(2.5), fusion_table.TUNED: rec(3.0)},
+             "tilings": {fusion_table.FUSED_MEASURED: {"1": "rows=7", "2": "rows=4"}}, "database": "shipped",
+             "verdict": "faster\nslower", "missing": {peers.FROZEN: "not installed"}}
+    lines = fusion_table.format_whole_model(whole)
+    rows = [line for line in lines if line.startswith("| ") and "median" not in line and "---" not in line]
+    assert rows == [f"| {fusion_table.FUSED_MEASURED} | 2.00 (0.10) | 1.00x |", f"| {peers.OPENVINO} | 2.50 (0.12) | 1.25x |",
+                    f"| {fusion_table.TUNED} | 3.00 (0.15) | 1.50x |"]  # fastest first
+    assert "faster; slower." in lines and "Missing: not installed" in lines
+    assert "Cuts measured here: features[1] rows=7, features[2] rows=4." in lines
 
 
 def test_an_engines_blocks_are_found_in_its_profile_of_the_whole_model_by_their_shapes():

@@ -8,13 +8,17 @@ block's ONNX export on PyTorch's NCHW tensor, so their time includes a call's ov
 at the block's edges; TVM's kernels read and write channels last. So each engine is also read inside the whole
 model (``layer_compare``: ONNX Runtime's profiler, OpenVINO's counters): the block's three convolutions, their
 epilogues counted in, as the engine ran them there, where no call or layout change is paid per block.
+
+Then the whole model: MobileNetV2 from the course's own kernels, every block fused (``fused_mobilenet``, each
+block's cut measured here and by the rule), beside tuned TVM (its database), PyTorch eager and with freezing,
+ONNX Runtime and OpenVINO, each checked against eager, in one run.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .. import block_fusion, layer_compare, models, peers
+from .. import block_fusion, databases, fused_mobilenet, layer_compare, machine, models, peers, timing
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 from ..timing import unreliable
 
@@ -22,16 +26,22 @@ ENGINES = (block_fusion.SEPARATE, block_fusion.FUSED, peers.ORT, peers.OPENVINO)
 IN_MODEL = " in the model"  # after an engine's name: its time for the block read from its profile of the whole model
 
 
+def _same(engine_shape: tuple[int, ...], ours: tuple[int, ...]) -> bool:
+    """An engine's convolution is ours: the same map sizes, and the same channels or as many padded to a whole
+    block of 8 or 16 (ONNX Runtime runs 24 channels as 32)."""
+    return all(e == o if k % 3 else o <= e < o + 16 for k, (e, o) in enumerate(zip(engine_shape, ours)))
+
+
 def in_model_ms(layers: layer_compare.EngineLayers, blocks: list[tuple[int, block_fusion.BlockShape]]) -> dict[int, float]:
     """Each block's milliseconds in an engine's profile of the whole MobileNetV2: its three convolutions (with
-    their epilogues), found in order by their shapes; a block not found is left out."""
+    their epilogues), found in order by their shapes (``_same``); a block not found is left out."""
     times, calls = {}, list(layers.convs)
     for index, shape in blocks:
         want = [(shape.c_in, shape.size, shape.size, shape.hidden, shape.size, shape.size),
                 (shape.hidden, shape.size, shape.size, shape.hidden, shape.out_size, shape.out_size),
                 (shape.hidden, shape.out_size, shape.out_size, shape.c_out, shape.out_size, shape.out_size)]
         for start in range(len(calls) - 2):
-            if [c.shape for c in calls[start:start + 3]] == want:
+            if all(_same(c.shape, w) for c, w in zip(calls[start:start + 3], want)):
                 times[index] = sum(c.ms for c in calls[start:start + 3])
                 calls = calls[start + 3:]
                 break
@@ -61,7 +71,33 @@ def fusion_run(repeats: int = 20) -> dict:
                      "in_model_ms": {engine: ms[index] for engine, ms in in_model.items() if index in ms}})
         print(f"features[{index}] {shape}: {best}, "
               + ", ".join(f"{t.label} {t.median_ms:.3f} ms" for t in timings), flush=True)
-    return {"model": "mobilenet_v2", "blocks": rows, "load_before": load_before, "load_after": load_average()}
+    return {"model": "mobilenet_v2", "blocks": rows, "whole_model": whole_model(model, repeats),
+            "load_before": load_before, "load_after": load_average()}
+
+
+FUSED_MEASURED = "TVM, every block fused (cuts measured here)"
+FUSED_RULE = "TVM, every block fused (cuts by the rule)"
+TUNED = "TVM tuned"
+
+
+def whole_model(model, repeats: int) -> dict:
+    """MobileNetV2 end to end: the fused builds, tuned TVM and the peers, checked against eager, timed in one run."""
+    x = models.example_input(1)
+    target = machine.cpu_target()
+    found = peers.peers(model, x, which=(peers.EAGER, peers.FROZEN, peers.ORT, peers.OPENVINO))
+    runners = dict(found.runners)
+    tilings = {}
+    for label, choose in ((FUSED_MEASURED, "measure"), (FUSED_RULE, "rule")):
+        compiled, tilings[label] = fused_mobilenet.compile_fused(model, x, choose=choose, target=target)
+        runners[label] = timing.tvm_runner(compiled, x)
+    imported = models.import_to_relax(model, x)
+    database = databases.choose("mobilenet_v2", imported, target, tune_if_missing=False)  # (shipped: always one)
+    runners[TUNED] = timing.tvm_runner(database.compile(imported, target), x)
+    peers.check_against_eager(runners)
+    timings = timing.measure_engines(runners, repeats=repeats)
+    return {"timings": records(timings), "missing": found.missing,
+            "tilings": {label: {i: str(t) for i, t in cut.items()} for label, cut in tilings.items()},
+            "database": database.label(), "verdict": peers.verdict(timings, candidate=FUSED_MEASURED)}
 
 
 def _cell(record: dict | None) -> str:
@@ -109,8 +145,27 @@ def format_fusion(result: dict, machine_summary: str) -> str:
     totals = {c: sum(t[c] for t in every) for c in columns if all(c in t for t in every)}
     lines.append("| all | | | | " + " | ".join(f"{totals[c] * 1000:.0f}" if c in totals else "-" for c in columns)
                  + f" | {ratios(totals)} |")
+    if "whole_model" in result:
+        lines += ["", *format_whole_model(result["whole_model"])]
     lines += ["", f"Load average: {result['load_before']} before, {result['load_after']} after."]
     return "\n".join(lines)
+
+
+def format_whole_model(whole: dict) -> list[str]:
+    """The whole model's table: medians in ms (IQR), each against the fused build with measured cuts."""
+    t = whole["timings"]
+    fused = t[FUSED_MEASURED]["median_ms"]
+    lines = ["The whole model (MobileNetV2, batch 1, float32; medians in ms, IQR; \"fused / it\" > 1: the fused "
+             "build is faster):", "", "| build | median ms (IQR) | fused / it |", "| --- | ---: | ---: |"]
+    for label, record in sorted(t.items(), key=lambda item: item[1]["median_ms"]):
+        mark = UNRELIABLE_MARK if unreliable(record) else ""
+        lines.append(f"| {label} | {mark}{record['median_ms']:.2f} ({record['iqr_ms']:.2f}) | "
+                     f"{record['median_ms'] / fused:.2f}x |")
+    lines += ["", whole["verdict"].replace("\n", "; ") + ".", f"Tuned TVM's database: {whole['database']}.",
+              "Cuts measured here: " + ", ".join(f"features[{i}] {cut}" for i, cut in whole["tilings"][FUSED_MEASURED].items())
+              + "."]
+    lines += [f"Missing: {why}" for why in whole.get("missing", {}).values()]
+    return lines
 
 
 def run_fusion(repeats: int = 20, save: bool = True) -> str:

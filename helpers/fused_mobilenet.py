@@ -1,0 +1,215 @@
+"""A whole MobileNetV2 from the course's own kernels, channels last, each inverted residual block one fused kernel
+(``block_fusion``), in one Relax module run by TVM's VM (Day 13).
+
+The model is 20 kernels: the stem (a 3x3 convolution that reads the NCHW image and writes channels last), the
+17 blocks (``block_fusion.schedule_fused``: no block's expanded image leaves the cache) and the head (the last
+1x1 convolution, the average pool and the classifier). Relax calls each with ``call_tir``; the weights, BatchNorm
+folded in, are the module's parameters. Nothing is tuned: every schedule is written by hand, and each block's
+cut (``Tiling``) is either measured on this machine (``choose="measure"``) or taken from a rule (the default).
+
+Introduced on Day 13.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import tvm
+from tvm import relax, s_tir, te, tirx
+
+from . import block_fusion, machine
+from .block_fusion import BlockShape, Tiling, tile_pointwise
+from .build import CompiledModel
+
+LABEL = "TVM, fused blocks (hand-scheduled, channels last)"
+
+
+def _relu6(x):
+    return te.min(te.max(x, tirx.const(0.0, "float32")), tirx.const(6.0, "float32"))
+
+
+def stem_function(size: int = 224, c_out: int = 32) -> tirx.PrimFunc:
+    """The stem: 3x3 stride-2 convolution of the NCHW image (BatchNorm folded), ReLU6, written channels last."""
+    out = size // 2
+    x = te.placeholder((1, 3, size, size), name="X")
+    w, b = te.placeholder((3, 3, 3, c_out), name="W"), te.placeholder((c_out,), name="B")
+    ci, r, s = te.reduce_axis((0, 3), "ci"), te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
+
+    def pixel(c, i, j):  # zero outside the image
+        return te.if_then_else(tirx.all(i >= 0, i < size, j >= 0, j < size), x[0, c, i, j], tirx.const(0.0, "float32"))
+
+    conv = te.compute((out, out, c_out), lambda i, j, c: te.sum(
+        pixel(ci, 2 * i + r - 1, 2 * j + s - 1) * w[r, s, ci, c], axis=[ci, r, s]), name="stem")
+    act = te.compute((out, out, c_out), lambda i, j, c: _relu6(conv[i, j, c] + b[c]), name="stem_act")
+    return te.create_prim_func([x, w, b, act])
+
+
+def schedule_stem(func: tirx.PrimFunc, lanes: int) -> s_tir.Schedule:
+    """Rows between the cores; a tile of up to 8 pixels x the output channels' vectors sums the 27 taps in registers."""
+    sch = s_tir.Schedule(func)
+    conv, act = sch.get_sblock("stem"), sch.get_sblock("stem_act")
+    i, j, c, ci, r, s = sch.get_loops(conv)
+    channels = int(sch.get(c).extent)
+    width = block_fusion._lanes(channels, lanes)
+    cols, col = sch.split(j, [None, block_fusion._widest_divisor(int(sch.get(j).extent), 8)])
+    groups, vector = sch.split(c, [None, width])
+    sch.reorder(i, cols, ci, r, s, col, groups, vector)
+    sch.parallel(i)
+    sch.vectorize(vector)
+    for loop in (groups, col):
+        sch.unroll(loop)
+    init = sch.decompose_reduction(conv, ci)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.reverse_compute_at(act, cols)
+    sch.vectorize(sch.get_loops(act)[-1])
+    return sch
+
+
+def classifier_group(classes: int, lanes: int) -> int:
+    """Classes per group of the classifier's packed weights: a few whole vectors, dividing the classes."""
+    width = block_fusion._lanes(classes, lanes)
+    return width * block_fusion._widest_divisor(classes // width, 6)
+
+
+def pack_classifier(weight: np.ndarray, group: int) -> np.ndarray:
+    """A Linear's weight (classes, features) as (classes / group, features, group): each group's rows of the
+    product contiguous, so that a core streams its share of the 5 MB once, in order."""
+    classes, features = weight.shape
+    return np.ascontiguousarray(weight.reshape(classes // group, group, features).transpose(0, 2, 1))
+
+
+def head_function(size: int = 7, c_in: int = 320, c_mid: int = 1280, classes: int = 1000,
+                  group: int = 40) -> tirx.PrimFunc:
+    """The head: 1x1 convolution (BatchNorm folded) and ReLU6, the average over the image, the classifier
+    (its weight packed by ``pack_classifier`` in groups of ``group`` classes)."""
+    x = te.placeholder((size, size, c_in), name="X")
+    w, b = te.placeholder((c_in, c_mid), name="W"), te.placeholder((c_mid,), name="B")
+    wl = te.placeholder((classes // group, c_mid, group), name="WL")
+    bl = te.placeholder((classes,), name="BL")
+    k = te.reduce_axis((0, c_in), "k")
+    conv = te.compute((size, size, c_mid), lambda i, j, c: te.sum(x[i, j, k] * w[k, c], axis=k), name="head")
+    act = te.compute((size, size, c_mid), lambda i, j, c: _relu6(conv[i, j, c] + b[c]), name="head_act")
+    pi, pj = te.reduce_axis((0, size), "pi"), te.reduce_axis((0, size), "pj")
+    pooled = te.compute((c_mid,), lambda c: te.sum(act[pi, pj, c], axis=[pi, pj]), name="pool")
+    m = te.reduce_axis((0, c_mid), "m")
+    summed = te.compute((1, classes), lambda _, n: te.sum(pooled[m] * wl[n // group, m, n % group], axis=m),
+                        name="classifier")
+    logits = te.compute((1, classes), lambda _, n: summed[0, n] / (size * size) + bl[n], name="logits")
+    return te.create_prim_func([x, w, b, wl, bl, logits])
+
+
+def schedule_head(func: tirx.PrimFunc, lanes: int) -> s_tir.Schedule:
+    """The 1x1 convolution tiled like a block's; the pool and the classifier vectorized along the channels
+    and the classes (the classifier's 5 MB of weights read once, in rows, split between the cores)."""
+    sch = s_tir.Schedule(func)
+    conv, act, pool, classifier, logits = (sch.get_sblock(n) for n in ("head", "head_act", "pool", "classifier",
+                                                                        "logits"))
+    tile_pointwise(sch, conv, act, lanes, parallel=True, channels_outer=True)
+    c, pi, pj = sch.get_loops(pool)
+    groups, vector = sch.split(c, [None, block_fusion._lanes(int(sch.get(c).extent), lanes)])
+    sch.reorder(groups, pi, pj, vector)
+    sch.vectorize(vector)
+    init = sch.decompose_reduction(pool, pi)
+    sch.vectorize(sch.get_loops(init)[-1])
+    _, n, m = sch.get_loops(classifier)
+    classes = int(sch.get(n).extent)
+    width = block_fusion._lanes(classes, lanes)
+    groups, group, vector = sch.split(n, [None, classifier_group(classes, lanes) // width, width])
+    sch.reorder(groups, m, group, vector)  # several vectors of sums at once: independent chains of adds
+    sch.parallel(groups)
+    sch.vectorize(vector)
+    sch.unroll(group)
+    init = sch.decompose_reduction(classifier, m)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.reverse_compute_at(logits, groups)
+    sch.vectorize(sch.get_loops(logits)[-1])
+    return sch
+
+
+def default_tiling(shape: BlockShape, cores: int | None = None, lanes: int | None = None) -> Tiling:
+    """A block's cut without measuring: bands of about 7 rows where the image is 28x28 or larger (its expanded
+    image is large), chunks of at most 64 channels where it is smaller (what the course's measurements favour)."""
+    choices = block_fusion.tilings(shape, cores, lanes)
+    rows = [t for t in choices if t.rows]
+    chunks = [t for t in choices if t.channels and t.channels <= 64]
+    if shape.out_size >= 28 or not chunks:
+        return min(rows, key=lambda t: (abs(t.rows - 7), t.rows))
+    return max(chunks, key=lambda t: t.channels)
+
+
+def _folded(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> tuple[np.ndarray, np.ndarray]:
+    fused = torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval())
+    return fused.weight.detach().numpy(), fused.bias.detach().numpy()
+
+
+def compile_fused(model: torch.nn.Module, x: torch.Tensor, choose: str | Callable[[int, BlockShape], Tiling] = "rule",
+                  target: tvm.target.Target | None = None) -> tuple[CompiledModel, dict[int, Tiling]]:
+    """torchvision's MobileNetV2 ``model`` as the course's own kernels, for inputs shaped like ``x`` (batch 1):
+    the compiled model (called like the PyTorch one, on an NCHW tensor) and each block's cut. ``choose``: "rule"
+    (``default_tiling``), "measure" (``block_fusion.time_tilings`` on each block, a few seconds each), or a
+    function of (index in ``features``, shape)."""
+    if type(model).__name__ != "MobileNetV2" or tuple(x.shape[:2]) != (1, 3) or x.shape[2] != x.shape[3]:
+        raise block_fusion.BlockError("compile_fused takes torchvision's MobileNetV2 and one square RGB image "
+                                      f"(1, 3, S, S); got {type(model).__name__} and {tuple(x.shape)}.")
+    model = model.eval()
+    target = target or machine.cpu_target()
+    lanes = machine.float32_lanes(target)
+    cores = int(target.attrs.get("num-cores", machine.core_count()))
+    size = x.shape[-1]
+    params: list[np.ndarray] = []
+    calls: list[tuple[tirx.PrimFunc, int, tuple[int, ...]]] = []  # (scheduled kernel, its weights, output shape)
+
+    stem_w, stem_b = _folded(model.features[0][0], model.features[0][1])
+    stem = schedule_stem(stem_function(size, stem_w.shape[0]), lanes)
+    params += [stem_w.transpose(2, 3, 1, 0), stem_b]
+    h = size // 2
+    calls.append((stem.mod["main"], 2, (h, h, stem_w.shape[0])))
+    tilings: dict[int, Tiling] = {}
+    feature = torch.zeros(1, stem_w.shape[0], h, h)
+    for index in range(1, len(model.features) - 1):
+        block = model.features[index]
+        shape = block_fusion.block_shape(block, h)
+        if choose == "rule":
+            tiling = default_tiling(shape, cores, lanes)
+        elif choose == "measure":
+            probe = torch.rand(feature.shape, generator=torch.Generator().manual_seed(index)) * 3
+            tiling = block_fusion.best_tiling(block_fusion.time_tilings(block, probe, repeats=5))
+        else:
+            tiling = choose(index, shape)
+        tilings[index] = tiling
+        weights = block_fusion.block_weights(block)
+        params += weights
+        h = shape.out_size
+        calls.append((block_fusion.schedule_fused(shape, tiling, lanes, cores).mod["main"], len(weights),
+                      (h, h, shape.c_out)))
+        feature = torch.zeros(1, shape.c_out, h, h)
+    last, classifier = model.features[-1], model.classifier[-1]
+    head_w, head_b = _folded(last[0], last[1])
+    group = classifier_group(classifier.out_features, lanes)
+    head = schedule_head(head_function(h, head_w.shape[1], head_w.shape[0], classifier.out_features, group), lanes)
+    params += [head_w[:, :, 0, 0].T, head_b, pack_classifier(classifier.weight.detach().numpy(), group),
+               classifier.bias.detach().numpy()]
+    calls.append((head.mod["main"], 4, (1, classifier.out_features)))
+    params = [np.ascontiguousarray(p, dtype="float32") for p in params]
+
+    bb = relax.BlockBuilder()
+    image = relax.Var("x", relax.TensorType(tuple(x.shape), "float32"))
+    weights = [relax.Var(f"w{i}", relax.TensorType(p.shape, "float32")) for i, p in enumerate(params)]
+    with bb.function("main", [image, *weights]):
+        with bb.dataflow():
+            value, used = image, 0
+            for i, (func, count, out_shape) in enumerate(calls):
+                kernel = bb.add_func(func.with_attr("tirx.is_scheduled", True).without_attr("global_symbol"),
+                                     f"kernel{i}")
+                value = bb.emit(relax.call_tir(kernel, [value, *weights[used:used + count]],
+                                               relax.TensorType(out_shape, "float32")))
+                used += count
+            output = bb.emit_output(value)
+        bb.emit_func_output(output)
+    executable = tvm.compile(bb.get(), target=target)
+    device = tvm.cpu()
+    compiled = CompiledModel(executable, relax.VirtualMachine(executable, device), device,
+                             [tvm.runtime.tensor(p, device) for p in params], tuple(x.shape), "float32", target)
+    return compiled, tilings
