@@ -26,7 +26,7 @@ notebooks and checks this table), and what each owns:
     timing           2, 4-5, 7-14                  one timing method for every backend, its records and tables, runners, busy cores
     config           4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
     dynamic          4                             one build for every batch size
-    peers            4, 8, 11-14                   the engines tuned TVM is held against, checked against eager; the tables' labels
+    peers            4, 7-8, 11-14                 the engines tuned TVM is held against, checked against eager; the tables' labels
     plotting         4-5, 7-9, 11-14               every plot, titled and labelled
     profiling        5, 8, 12, 13                  per-kernel times from the VM's instrument hook
     export           6, 12-14                      a deployable artefact, run in a fresh process
@@ -46,8 +46,8 @@ notebooks and checks this table), and what each owns:
     bf16_model       12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
     amx              12                            bfloat16 and int8 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
     dispatch         7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
-    block_fusion     13                            a MobileNetV2 block's three convolutions as one kernel, cut in bands of rows or chunks of channels
-    fused_mobilenet  13                            a whole MobileNetV2 from those kernels, channels last, as one Relax module
+    block_fusion     7                             a MobileNetV2 block's three convolutions as one kernel, cut in bands of rows or chunks of channels
+    fused_mobilenet  7                             a whole MobileNetV2 from those kernels, channels last, as one Relax module
     errors           14                            the errors the course raises on bad input
     transformer      14                            a small GPT: symbolic length, buckets, decoding with a KV cache
     paged_cache      14                            TVM's paged KV cache for the small GPT

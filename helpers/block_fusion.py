@@ -1,4 +1,4 @@
-"""One MobileNetV2 inverted residual block as one TensorIR kernel: fusion across layers (Day 13).
+"""One MobileNetV2 inverted residual block as one TensorIR kernel: fusion across layers (Day 7).
 
 A block is three convolutions: a 1x1 that expands the channels (16 -> 96 in the first block), a 3x3
 depthwise, and a 1x1 that projects them back. Run as three kernels, as every engine runs it, the
@@ -17,7 +17,7 @@ The arithmetic is written once, as a tensor expression (``block_function``); the
 where each stage is computed: ``compute_at`` moves the producers into the loop over the pieces.
 Channels last (NHWC), BatchNorm folded into the weights.
 
-Introduced on Day 13.
+Introduced on Day 7.
 """
 
 from __future__ import annotations

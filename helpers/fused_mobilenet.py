@@ -1,5 +1,5 @@
 """A whole MobileNetV2 from the course's own kernels, channels last, each inverted residual block one fused kernel
-(``block_fusion``), in one Relax module run by TVM's VM (Day 13).
+(``block_fusion``), in one Relax module run by TVM's VM (Day 7).
 
 The model is 20 kernels: the stem (a 3x3 convolution that reads the NCHW image and writes channels last), the
 17 blocks (``block_fusion.schedule_fused``: no block's expanded image leaves the cache) and the head (the last
@@ -7,7 +7,7 @@ The model is 20 kernels: the stem (a 3x3 convolution that reads the NCHW image a
 folded in, are the module's parameters. Nothing is tuned: every schedule is written by hand, and each block's
 cut (``Tiling``) is either measured on this machine (``choose="measure"``) or taken from a rule (the default).
 
-Introduced on Day 13.
+Introduced on Day 7.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from . import block_fusion, machine
 from .block_fusion import BlockShape, Tiling, tile_pointwise
 from .build import CompiledModel
 
-LABEL = "TVM, fused blocks (hand-scheduled, channels last)"
+LABEL = "TVM, every block fused"
 
 
 def _relu6(x):
