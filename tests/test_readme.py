@@ -92,3 +92,20 @@ def test_every_reference_key_a_day_shows_is_recorded_at_full_size():
     recorded = {key for path in reference.REFERENCE_ROOT.glob("*.json") for key in json.loads(path.read_text())["values"]}
     missing = sorted(shown - recorded - GPU_ONLY)
     assert not missing, f"no reference machine recorded {missing}: run every day at full size and harvest (docs/maintainers.md)"
+
+
+def test_the_answer_says_where_the_fused_build_stands_only_where_it_was_measured(tmp_path):
+    from helpers import peers
+    from helpers.maintainers import fusion_table
+
+    tables = [json.loads((REPO / "results" / source).read_text()) for source in readme.ANSWER_FROM]
+    results = tmp_path / "results"
+    results.mkdir()
+    assert readme.fused_sentence(tables, results) == ""
+    machine = tables[0]["machine"]
+    whole = {"timings": {label: {"median_ms": ms, "iqr_ms": 0.1} for label, ms in (
+        (fusion_table.FUSED_MEASURED, 2.0), (peers.OPENVINO, 2.5), (peers.ORT, 3.0), (fusion_table.TUNED, 4.0))}}
+    (results / f"fusion-{machine['cpu']}-{machine['cores']}cores.json").write_text(json.dumps({"whole_model": whole}))
+    sentence = readme.fused_sentence(tables, results)
+    assert f"1.25x the speed of the fastest float32 engine (OpenVINO) and 2.00x that of tuned TVM on the " \
+           f"{readme.machine_name(machine)}." in sentence

@@ -75,6 +75,7 @@ def answer(results: Path = REPO / "results") -> str:
               "interleaved runs (≈: a timing too noisy to trust); the whole tables, with every engine, are in "
               "[results/](results/README.md)."
               + "".join(f" {CPU_NOTES[t['machine']['cpu']]}" for t in tables if t["machine"]["cpu"] in CPU_NOTES)]
+    lines[-1] += fused_sentence(tables, results)
     if lower:
         precisions = sorted({p for _, _, p, _ in lower})
         where = sorted({m for _, _, _, m in lower})
@@ -113,6 +114,30 @@ def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
         return ""
     return (f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}: every convolution but the depthwise ones in bf16)"
             f" runs {'; '.join(clauses)}.")
+
+
+def fused_sentence(tables: list[dict], results: Path) -> str:
+    """Where MobileNetV2 built from the course's own fused kernels (``results/fusion-*``, ``helpers.fused_mobilenet``,
+    Day 7) stands against the fastest float32 engine and tuned TVM on the machines of ``tables``; empty where it was
+    not measured."""
+    from .. import peers  # (TVM and torch, as in answer)
+    from ..maintainers import fusion_table  # (the same)
+
+    clauses = []
+    for table in tables:
+        path = results / f"fusion-{table['machine']['cpu']}-{table['machine']['cores']}cores.json"
+        whole = json.loads(path.read_text()).get("whole_model") if path.is_file() else None
+        if not whole:
+            continue
+        ms = {label: record["median_ms"] for label, record in whole["timings"].items()}
+        fused = ms[fusion_table.FUSED_MEASURED]
+        engine = min((e for e in (peers.ORT, peers.OPENVINO, peers.FROZEN) if e in ms), key=ms.__getitem__)
+        clauses.append(f"{ms[engine] / fused:.2f}x the speed of the fastest float32 engine ({engine}) and "
+                       f"{ms[fusion_table.TUNED] / fused:.2f}x that of tuned TVM on the {machine_name(table['machine'])}")
+    if not clauses:
+        return ""
+    return (" Built instead from the course's own kernels, each MobileNetV2 block one fused kernel that keeps its "
+            f"largest tensor in cache (Day 7, section 8; nothing tuned), MobileNetV2 runs {'; '.join(clauses)}.")
 
 
 def span(values: list[float]) -> str:
