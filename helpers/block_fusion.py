@@ -11,7 +11,7 @@ core's cache, and runs all three stages on one piece before the next (a ``Tiling
   band height trades that against the cache. Best where the image is large.
 * chunks of expanded channels: each chunk is expanded over the whole image, filtered and projected,
   and the chunks' shares of the projection are added up. Nothing is computed twice, and each weight is
-  read once; the cores take half of the channels each. Best where the image is small and the channels many.
+  read once; the cores share out the channels. Best where the image is small and the channels many.
 
 The arithmetic is written once, as a tensor expression (``block_function``); the schedules differ only in
 where each stage is computed: ``compute_at`` moves the producers into the loop over the pieces.
@@ -40,7 +40,8 @@ SEPARATE, FUSED = "TVM, three kernels", "TVM, one fused kernel"
 
 
 class BlockError(CourseError, ValueError):
-    """A module this helper cannot compile as one block (not an inverted residual with an expansion)."""
+    """What this helper cannot compile: a module that is not an inverted residual block, a tiling that does not
+    cut the block evenly, an input of another shape than the kernel's."""
 
 
 @dataclass(frozen=True)
@@ -144,15 +145,27 @@ def block_function(shape: BlockShape) -> tirx.PrimFunc:
     return te.create_prim_func([x, *weights, result])
 
 
-def _lanes(channels: int, lanes: int) -> int:
+def vector_lanes(channels: int, lanes: int) -> int:
     """The widest vector of at most ``lanes`` values that divides ``channels`` (24 channels: 8 lanes)."""
     while channels % lanes:
         lanes //= 2
     return lanes
 
 
-def _widest_divisor(n: int, at_most: int) -> int:
+def widest_divisor(n: int, at_most: int) -> int:
+    """The largest divisor of ``n`` up to ``at_most``: a tile that cuts a loop evenly."""
     return max(d for d in range(1, at_most + 1) if n % d == 0)
+
+
+def finish(sch: s_tir.Schedule, block, zero_at, epilogue=None, epilogue_at=None) -> None:
+    """A reduction's last steps: its sums zeroed in a loop of their own before ``zero_at`` (vectorized), and the
+    element-wise ``epilogue`` after it moved under ``epilogue_at`` and vectorized, so that it reads each finished
+    tile while it is still in registers."""
+    init = sch.decompose_reduction(block, zero_at)
+    sch.vectorize(sch.get_loops(init)[-1])
+    if epilogue is not None:
+        sch.reverse_compute_at(epilogue, epilogue_at)
+        sch.vectorize(sch.get_loops(epilogue)[-1])
 
 
 ACCUMULATORS = 24  # vector registers a tile of sums may take (AVX-512 has 32; AVX2's 16 spill a little)
@@ -175,7 +188,7 @@ def tile_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bo
     (default: just before them)."""
     i, j, c, k = sch.get_loops(conv)[-4:]
     channels = int(sch.get(c).extent)
-    width = _lanes(channels, lanes)
+    width = vector_lanes(channels, lanes)
     p, v = _register_tile(int(sch.get(j).extent), channels // width)
     cols, col = sch.split(j, [None, p])
     groups, group, vector = sch.split(c, [None, v, width])
@@ -185,27 +198,20 @@ def tile_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bo
     sch.vectorize(vector)
     sch.unroll(group)
     sch.unroll(col)
-    init = sch.decompose_reduction(conv, k if zero_at is None else zero_at)
-    sch.vectorize(sch.get_loops(init)[-1])
-    if epilogue is not None:
-        sch.reverse_compute_at(epilogue, cols if channels_outer else groups)
-        sch.vectorize(sch.get_loops(epilogue)[-1])
+    finish(sch, conv, k if zero_at is None else zero_at, epilogue, cols if channels_outer else groups)
 
 
 def tile_depthwise(sch: s_tir.Schedule, conv, epilogue, lanes: int) -> None:
     """The depthwise convolution's innermost loops: up to 8 pixels x one vector of sums over the 9 taps, the
     zero padding read in place."""
     i, j, c, r, s = sch.get_loops(conv)[-5:]
-    cols, col = sch.split(j, [None, _widest_divisor(int(sch.get(j).extent), 8)])
-    groups, vector = sch.split(c, [None, _lanes(int(sch.get(c).extent), lanes)])
+    cols, col = sch.split(j, [None, widest_divisor(int(sch.get(j).extent), 8)])
+    groups, vector = sch.split(c, [None, vector_lanes(int(sch.get(c).extent), lanes)])
     sch.reorder(i, cols, groups, r, s, col, vector)
     sch.vectorize(vector)
     for loop in (col, s, r):
         sch.unroll(loop)
-    init = sch.decompose_reduction(conv, r)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.reverse_compute_at(epilogue, groups)
-    sch.vectorize(sch.get_loops(epilogue)[-1])
+    finish(sch, conv, r, epilogue, groups)
 
 
 def _stages(sch: s_tir.Schedule) -> list:
@@ -271,7 +277,7 @@ def tilings(shape: BlockShape, cores: int | None = None, lanes: int | None = Non
     cores = cores or machine.core_count()
     lanes = lanes or machine.float32_lanes()
     out, share = shape.out_size, shape.hidden // _parts(shape, cores)
-    step = _lanes(share, lanes)
+    step = vector_lanes(share, lanes)
     return ([Tiling(rows=r) for r in range(1, min(out, 16) + 1) if out % r == 0 and out // r >= min(cores, out)]
             + [Tiling(channels=c) for c in range(step, min(share, 192) + 1, step) if share % c == 0])
 
@@ -328,13 +334,10 @@ def _fuse_by_channels(sch: s_tir.Schedule, channels: int, lanes: int, parts: int
     tile_depthwise(sch, depthwise, depthwise_act, lanes)
     tile_pointwise(sch, partial, None, lanes, zero_at=chunks)
     i, j, n, part = sch.get_loops(project)  # the cores' sums added, vector by vector
-    outer, vector = sch.split(n, [None, _lanes(int(sch.get(n).extent), lanes)])
+    outer, vector = sch.split(n, [None, vector_lanes(int(sch.get(n).extent), lanes)])
     sch.reorder(i, j, outer, part, vector)
     sch.vectorize(vector)
-    init = sch.decompose_reduction(project, part)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.reverse_compute_at(project_act, outer)
-    sch.vectorize(sch.get_loops(project_act)[-1])
+    finish(sch, project, part, project_act, outer)
 
 
 def outline(sch: s_tir.Schedule, depth: int = 2) -> str:

@@ -20,10 +20,11 @@ import tvm
 from tvm import relax, s_tir, te, tirx
 
 from . import block_fusion, machine
-from .block_fusion import BlockShape, Tiling, tile_pointwise
+from .block_fusion import BlockShape, Tiling, finish, tile_pointwise
 from .build import CompiledModel
 
 LABEL = "TVM, every block fused"
+SEPARATE_LABEL = "TVM, the same kernels unfused"
 
 
 def _relu6(x):
@@ -52,25 +53,22 @@ def schedule_stem(func: tirx.PrimFunc, lanes: int) -> s_tir.Schedule:
     conv, act = sch.get_sblock("stem"), sch.get_sblock("stem_act")
     i, j, c, ci, r, s = sch.get_loops(conv)
     channels = int(sch.get(c).extent)
-    width = block_fusion._lanes(channels, lanes)
-    cols, col = sch.split(j, [None, block_fusion._widest_divisor(int(sch.get(j).extent), 8)])
+    width = block_fusion.vector_lanes(channels, lanes)
+    cols, col = sch.split(j, [None, block_fusion.widest_divisor(int(sch.get(j).extent), 8)])
     groups, vector = sch.split(c, [None, width])
     sch.reorder(i, cols, ci, r, s, col, groups, vector)
     sch.parallel(i)
     sch.vectorize(vector)
     for loop in (groups, col):
         sch.unroll(loop)
-    init = sch.decompose_reduction(conv, ci)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.reverse_compute_at(act, cols)
-    sch.vectorize(sch.get_loops(act)[-1])
+    finish(sch, conv, ci, act, cols)
     return sch
 
 
 def classifier_group(classes: int, lanes: int) -> int:
     """Classes per group of the classifier's packed weights: a few whole vectors, dividing the classes."""
-    width = block_fusion._lanes(classes, lanes)
-    return width * block_fusion._widest_divisor(classes // width, 6)
+    width = block_fusion.vector_lanes(classes, lanes)
+    return width * block_fusion.widest_divisor(classes // width, 6)
 
 
 def pack_classifier(weight: np.ndarray, group: int) -> np.ndarray:
@@ -108,23 +106,19 @@ def schedule_head(func: tirx.PrimFunc, lanes: int) -> s_tir.Schedule:
                                                                         "logits"))
     tile_pointwise(sch, conv, act, lanes, parallel=True, channels_outer=True)
     c, pi, pj = sch.get_loops(pool)
-    groups, vector = sch.split(c, [None, block_fusion._lanes(int(sch.get(c).extent), lanes)])
+    groups, vector = sch.split(c, [None, block_fusion.vector_lanes(int(sch.get(c).extent), lanes)])
     sch.reorder(groups, pi, pj, vector)
     sch.vectorize(vector)
-    init = sch.decompose_reduction(pool, pi)
-    sch.vectorize(sch.get_loops(init)[-1])
+    finish(sch, pool, pi)
     _, n, m = sch.get_loops(classifier)
     classes = int(sch.get(n).extent)
-    width = block_fusion._lanes(classes, lanes)
+    width = block_fusion.vector_lanes(classes, lanes)
     groups, group, vector = sch.split(n, [None, classifier_group(classes, lanes) // width, width])
     sch.reorder(groups, m, group, vector)  # several vectors of sums at once: independent chains of adds
     sch.parallel(groups)
     sch.vectorize(vector)
     sch.unroll(group)
-    init = sch.decompose_reduction(classifier, m)
-    sch.vectorize(sch.get_loops(init)[-1])
-    sch.reverse_compute_at(logits, groups)
-    sch.vectorize(sch.get_loops(logits)[-1])
+    finish(sch, classifier, m, logits, groups)
     return sch
 
 
@@ -144,12 +138,17 @@ def _folded(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> tuple[np.ndarray
     return fused.weight.detach().numpy(), fused.bias.detach().numpy()
 
 
-def compile_fused(model: torch.nn.Module, x: torch.Tensor, choose: str | Callable[[int, BlockShape], Tiling] = "rule",
-                  target: tvm.target.Target | None = None) -> tuple[CompiledModel, dict[int, Tiling]]:
+def compile_fused(model: torch.nn.Module, x: torch.Tensor,
+                  choose: str | Callable[[int, BlockShape], Tiling | None] = "rule",
+                  target: tvm.target.Target | None = None) -> tuple[CompiledModel, dict[int, Tiling | None]]:
     """torchvision's MobileNetV2 ``model`` as the course's own kernels, for inputs shaped like ``x`` (batch 1):
     the compiled model (called like the PyTorch one, on an NCHW tensor) and each block's cut. ``choose``: "rule"
-    (``default_tiling``), "measure" (``block_fusion.time_tilings`` on each block, a few seconds each), or a
-    function of (index in ``features``, shape)."""
+    (``default_tiling``), "measure" (``block_fusion.time_tilings`` on each block, a few seconds each),
+    "separate" (every block as its three kernels, the same schedules unfused: what fusion alone buys), or a
+    function of (index in ``features``, shape) giving a ``Tiling``, or None for three kernels."""
+    if not callable(choose) and choose not in ("rule", "measure", "separate"):
+        raise block_fusion.BlockError(f"choose={choose!r}: give \"rule\", \"measure\", \"separate\" or a function "
+                                      "of (index, shape) giving a Tiling or None.")
     if type(model).__name__ != "MobileNetV2" or tuple(x.shape[:2]) != (1, 3) or x.shape[2] != x.shape[3]:
         raise block_fusion.BlockError("compile_fused takes torchvision's MobileNetV2 and one square RGB image "
                                       f"(1, 3, S, S); got {type(model).__name__} and {tuple(x.shape)}.")
@@ -166,13 +165,15 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor, choose: str | Callabl
     params += [stem_w.transpose(2, 3, 1, 0), stem_b]
     h = size // 2
     calls.append((stem.mod["main"], 2, (h, h, stem_w.shape[0])))
-    tilings: dict[int, Tiling] = {}
+    tilings: dict[int, Tiling | None] = {}
     feature = torch.zeros(1, stem_w.shape[0], h, h)
     for index in range(1, len(model.features) - 1):
         block = model.features[index]
         shape = block_fusion.block_shape(block, h)
         if choose == "rule":
             tiling = default_tiling(shape, cores, lanes)
+        elif choose == "separate":
+            tiling = None
         elif choose == "measure":
             probe = torch.rand(feature.shape, generator=torch.Generator().manual_seed(index)) * 3
             tiling = block_fusion.best_tiling(block_fusion.time_tilings(block, probe, repeats=5))
@@ -182,8 +183,9 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor, choose: str | Callabl
         weights = block_fusion.block_weights(block)
         params += weights
         h = shape.out_size
-        calls.append((block_fusion.schedule_fused(shape, tiling, lanes, cores).mod["main"], len(weights),
-                      (h, h, shape.c_out)))
+        kernel = (block_fusion.schedule_separate(shape, lanes) if tiling is None
+                  else block_fusion.schedule_fused(shape, tiling, lanes, cores))
+        calls.append((kernel.mod["main"], len(weights), (h, h, shape.c_out)))
         feature = torch.zeros(1, shape.c_out, h, h)
     last, classifier = model.features[-1], model.classifier[-1]
     head_w, head_b = _folded(last[0], last[1])

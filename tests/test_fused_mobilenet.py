@@ -40,6 +40,16 @@ def test_each_blocks_cut_can_be_chosen_and_is_kept(model):
         assert build.relative_error(compiled(x), model(x).numpy()) < 1e-4
 
 
+def test_the_same_model_unfused_is_the_three_kernels_of_every_block(model):
+    x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(8))
+    compiled, tilings = fused_mobilenet.compile_fused(model, x, choose="separate")
+    assert set(tilings.values()) == {None}
+    with torch.no_grad():
+        assert build.relative_error(compiled(x), model(x).numpy()) < 1e-4
+    with pytest.raises(block_fusion.BlockError, match="rule.*measure.*separate"):
+        fused_mobilenet.compile_fused(model, x, choose="fastest")
+
+
 def test_the_rule_bands_large_images_and_chunks_small_ones():
     large = block_fusion.BlockShape(size=56, c_in=24, hidden=144, c_out=24, stride=1)
     small = block_fusion.BlockShape(size=7, c_in=160, hidden=960, c_out=160, stride=1)

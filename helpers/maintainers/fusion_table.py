@@ -10,8 +10,8 @@ model (``layer_compare``: ONNX Runtime's profiler, OpenVINO's counters): the blo
 epilogues counted in, as the engine ran them there, where no call or layout change is paid per block.
 
 Then the whole model: MobileNetV2 from the course's own kernels, every block fused (``fused_mobilenet``, each
-block's cut measured here and by the rule), beside tuned TVM (its database), PyTorch eager and with freezing,
-ONNX Runtime and OpenVINO, each checked against eager, in one run.
+block's cut measured here and by the rule) and the same kernels unfused, beside tuned TVM (its database), PyTorch
+eager and with freezing, ONNX Runtime and OpenVINO, each checked against eager, in one run.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def fusion_run(repeats: int = 20) -> dict:
 FUSED_MEASURED = "TVM, every block fused (cuts measured here)"
 FUSED_RULE = "TVM, every block fused (cuts by the rule)"
 TUNED = "TVM tuned"
+UNFUSED = "TVM, the same kernels unfused (three per block)"
 
 
 def whole_model(model, repeats: int) -> dict:
@@ -87,9 +88,11 @@ def whole_model(model, repeats: int) -> dict:
     found = peers.peers(model, x, which=(peers.EAGER, peers.FROZEN, peers.ORT, peers.OPENVINO))
     runners = dict(found.runners)
     tilings = {}
-    for label, choose in ((FUSED_MEASURED, "measure"), (FUSED_RULE, "rule")):
-        compiled, tilings[label] = fused_mobilenet.compile_fused(model, x, choose=choose, target=target)
+    for label, choose in ((FUSED_MEASURED, "measure"), (FUSED_RULE, "rule"), (UNFUSED, "separate")):
+        compiled, cuts = fused_mobilenet.compile_fused(model, x, choose=choose, target=target)
         runners[label] = timing.tvm_runner(compiled, x)
+        if choose != "separate":
+            tilings[label] = cuts
     imported = models.import_to_relax(model, x)
     database = databases.choose("mobilenet_v2", imported, target, tune_if_missing=False)  # (shipped: always one)
     runners[TUNED] = timing.tvm_runner(database.compile(imported, target), x)
