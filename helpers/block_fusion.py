@@ -32,6 +32,7 @@ from tvm import s_tir, te, tirx
 
 from . import machine, timing
 from .build import relative_error
+from .kernels import buffer_shapes
 from .errors import CourseError
 from .timing import Timing
 
@@ -438,9 +439,23 @@ def compile_block(block: torch.nn.Module, size: int, tiling: Tiling | None = Non
     lanes = machine.float32_lanes(target)
     cores = int(target.attrs.get("num-cores", machine.core_count()))
     sch = schedule_separate(shape, lanes) if tiling is None else schedule_fused(shape, tiling, lanes, cores)
+    return compile_schedule(sch, block, target)
+
+
+def compile_schedule(sch: s_tir.Schedule, block: torch.nn.Module, target: tvm.target.Target | None = None) -> CompiledBlock:
+    """A schedule of your own of ``block_function`` for ``block``'s shape, compiled with ``block``'s folded
+    weights: call it on an NCHW tensor like the block, or ``check`` it. Raises ``BlockError`` when the schedule's
+    input is not the block's."""
+    have = buffer_shapes(sch.mod["main"])
+    shape = block_shape(block, have[0][0])
+    want = buffer_shapes(block_function(shape))
+    if have != want:
+        raise BlockError(f"this schedule's buffers are {have}; the block ({shape}) needs {want}: schedule "
+                         "block_function(block_shape(block, size)).")
+    weights = block_weights(block)
     dev = tvm.cpu()
-    return CompiledBlock(shape, tvm.compile(sch.mod, target=target),
-                         [tvm.runtime.tensor(w, dev) for w in block_weights(block)])
+    return CompiledBlock(shape, tvm.compile(sch.mod, target=target or machine.cpu_target()),
+                         [tvm.runtime.tensor(w, dev) for w in weights])
 
 
 def check(compiled: CompiledBlock, block: torch.nn.Module, x: torch.Tensor, rtol: float = 1e-4) -> float:

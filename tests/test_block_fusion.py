@@ -108,6 +108,18 @@ def test_a_block_without_an_expansion_is_a_depthwise_and_a_projection_in_one_ker
         assert block_fusion.check(block_fusion.compile_block(block, 10, tiling), block, x) < 1e-5
 
 
+def test_a_schedule_of_ones_own_compiles_with_the_blocks_weights_and_a_wrong_one_is_named():
+    from tvm import s_tir
+
+    block = _block(8, 8, 1, 4, seed=4)
+    sch = s_tir.Schedule(block_fusion.block_function(block_fusion.block_shape(block, 6)))
+    x = torch.rand(1, 8, 6, 6)
+    assert block_fusion.check(block_fusion.compile_schedule(sch, block), block, x) < 1e-5  # unscheduled: right, slow
+    other = s_tir.Schedule(block_fusion.block_function(block_fusion.block_shape(_block(8, 12, 1, 4, seed=4), 6)))
+    with pytest.raises(block_fusion.BlockError, match=r"block_function\(block_shape\(block, size\)\)"):
+        block_fusion.compile_schedule(other, block)
+
+
 def test_a_wrong_input_shape_is_named():
     block = _block(8, 8, 1, 2, seed=0)
     compiled = block_fusion.compile_block(block, 6, block_fusion.Tiling(rows=3))
