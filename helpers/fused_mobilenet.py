@@ -156,17 +156,27 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor,
     target = target or machine.cpu_target()
     lanes = machine.float32_lanes(target)
     cores = int(target.attrs.get("num-cores", machine.core_count()))
-    size = x.shape[-1]
-    params: list[np.ndarray] = []
-    calls: list[tuple[tirx.PrimFunc, int, tuple[int, ...]]] = []  # (scheduled kernel, its weights, output shape)
+    calls, params, tilings = _kernels(model, x.shape[-1], choose, lanes, cores)
+    executable = tvm.compile(_module(calls, params, tuple(x.shape)), target=target)
+    device = tvm.cpu()
+    compiled = CompiledModel(executable, relax.VirtualMachine(executable, device), device,
+                             [tvm.runtime.tensor(p, device) for p in params], tuple(x.shape), "float32", target)
+    return compiled, tilings
 
+
+Call = tuple[tirx.PrimFunc, int, tuple[int, ...]]  # a scheduled kernel, how many weights it takes, its output's shape
+
+
+def _kernels(model: torch.nn.Module, size: int, choose, lanes: int,
+             cores: int) -> tuple[list[Call], list[np.ndarray], dict[int, Tiling | None]]:
+    """The model's kernels in order (stem, blocks, head), their weights (BatchNorm folded, in the kernels'
+    layouts), and each block's cut."""
     stem_w, stem_b = _folded(model.features[0][0], model.features[0][1])
-    stem = schedule_stem(stem_function(size, stem_w.shape[0]), lanes)
-    params += [stem_w.transpose(2, 3, 1, 0), stem_b]
     h = size // 2
-    calls.append((stem.mod["main"], 2, (h, h, stem_w.shape[0])))
+    calls: list[Call] = [(schedule_stem(stem_function(size, stem_w.shape[0]), lanes).mod["main"], 2,
+                          (h, h, stem_w.shape[0]))]
+    params = [stem_w.transpose(2, 3, 1, 0), stem_b]
     tilings: dict[int, Tiling | None] = {}
-    feature = torch.zeros(1, stem_w.shape[0], h, h)
     for index in range(1, len(model.features) - 1):
         block = model.features[index]
         shape = block_fusion.block_shape(block, h)
@@ -175,29 +185,31 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor,
         elif choose == "separate":
             tiling = None
         elif choose == "measure":
-            probe = torch.rand(feature.shape, generator=torch.Generator().manual_seed(index)) * 3
+            probe = torch.rand(1, shape.c_in, h, h, generator=torch.Generator().manual_seed(index)) * 3
             tiling = block_fusion.best_tiling(block_fusion.time_tilings(block, probe, repeats=5))
         else:
             tiling = choose(index, shape)
         tilings[index] = tiling
         weights = block_fusion.block_weights(block)
-        params += weights
-        h = shape.out_size
         kernel = (block_fusion.schedule_separate(shape, lanes) if tiling is None
                   else block_fusion.schedule_fused(shape, tiling, lanes, cores))
+        h = shape.out_size
         calls.append((kernel.mod["main"], len(weights), (h, h, shape.c_out)))
-        feature = torch.zeros(1, shape.c_out, h, h)
+        params += weights
     last, classifier = model.features[-1], model.classifier[-1]
     head_w, head_b = _folded(last[0], last[1])
     group = classifier_group(classifier.out_features, lanes)
     head = schedule_head(head_function(h, head_w.shape[1], head_w.shape[0], classifier.out_features, group), lanes)
+    calls.append((head.mod["main"], 4, (1, classifier.out_features)))
     params += [head_w[:, :, 0, 0].T, head_b, pack_classifier(classifier.weight.detach().numpy(), group),
                classifier.bias.detach().numpy()]
-    calls.append((head.mod["main"], 4, (1, classifier.out_features)))
-    params = [np.ascontiguousarray(p, dtype="float32") for p in params]
+    return calls, [np.ascontiguousarray(p, dtype="float32") for p in params], tilings
 
+
+def _module(calls: list[Call], params: list[np.ndarray], input_shape: tuple[int, ...]) -> tvm.IRModule:
+    """One Relax ``main(x, *weights)`` that calls the kernels in order, each on the last one's output."""
     bb = relax.BlockBuilder()
-    image = relax.Var("x", relax.TensorType(tuple(x.shape), "float32"))
+    image = relax.Var("x", relax.TensorType(input_shape, "float32"))
     weights = [relax.Var(f"w{i}", relax.TensorType(p.shape, "float32")) for i, p in enumerate(params)]
     with bb.function("main", [image, *weights]):
         with bb.dataflow():
@@ -210,8 +222,4 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor,
                 used += count
             output = bb.emit_output(value)
         bb.emit_func_output(output)
-    executable = tvm.compile(bb.get(), target=target)
-    device = tvm.cpu()
-    compiled = CompiledModel(executable, relax.VirtualMachine(executable, device), device,
-                             [tvm.runtime.tensor(p, device) for p in params], tuple(x.shape), "float32", target)
-    return compiled, tilings
+    return bb.get()

@@ -49,7 +49,8 @@ def in_model_ms(layers: layer_compare.EngineLayers, blocks: list[tuple[int, bloc
 
 
 def fusion_run(repeats: int = 20) -> dict:
-    """Each block's timings and its chosen band height, as records."""
+    """Each block's timings and its chosen cut, the engines' times for it in their whole-model profiles, and the
+    whole model's comparison, as records."""
     model = models.load_model("mobilenet_v2")
     blocks = block_fusion.mobilenet_v2_blocks(model)
     rows = []
