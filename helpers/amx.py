@@ -259,26 +259,30 @@ def _sums_out(C, sc, blocks):
 
 
 @T.macro
+def _step(instruction, tiles, left, left_at, left_stride, right, right_at, second_at, blocks):
+    """One instruction's worth of a product: the inputs into tile ``tiles[0]``, the first 16 columns' weights into
+    ``tiles[1]`` (and the second's into ``tiles[2]`` where ``blocks`` is 2), each multiplied into its sums' tile."""
+    T.evaluate(_load(tiles[0], left, left_at, left_stride))
+    T.evaluate(_load(tiles[1], right, right_at, T.int64(COLS_BYTES)))
+    T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(0), T.uint8(tiles[0]), T.uint8(tiles[1])))
+    if blocks == 2:
+        T.evaluate(_load(tiles[2], right, second_at, T.int64(COLS_BYTES)))
+        T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(1), T.uint8(tiles[0]), T.uint8(tiles[2])))
+
+
+@T.macro
 def _products(instruction, left, left_at, left_stride, right, right_at, second_at, blocks, steps, tail, k_step):
-    """One product's whole reduction into the sums' tiles: ``steps`` instructions of ``k_step`` values, then a
-    ``tail``, the inputs from ``left`` at ``left_at`` (rows ``left_stride`` bytes apart), the weights of the first
-    16 columns from ``right`` at ``right_at`` and of the second (``blocks`` 2) at ``second_at``; 16 weight rows of
-    64 bytes per step."""
+    """One product's whole reduction into the sums' tiles: ``steps`` instructions of ``k_step`` values (tiles 2-4),
+    then a ``tail`` (tiles 5-7, configured to its length), the inputs from ``left`` at ``left_at`` (rows
+    ``left_stride`` bytes apart), the weights of the first 16 columns from ``right`` at ``right_at`` and of the
+    second (``blocks`` 2) at ``second_at``; 16 weight rows of 64 bytes per step."""
     if steps > 0:
         for step in T.serial(steps):
-            T.evaluate(_load(2, left, left_at + step * k_step, left_stride))
-            T.evaluate(_load(3, right, right_at + step * k_step * LANES, T.int64(COLS_BYTES)))
-            T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(0), T.uint8(2), T.uint8(3)))
-            if blocks == 2:
-                T.evaluate(_load(4, right, second_at + step * k_step * LANES, T.int64(COLS_BYTES)))
-                T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(1), T.uint8(2), T.uint8(4)))
+            _step(instruction, (2, 3, 4), left, left_at + step * k_step, left_stride, right,
+                  right_at + step * k_step * LANES, second_at + step * k_step * LANES, blocks)
     if tail > 0:
-        T.evaluate(_load(5, left, left_at + steps * k_step, left_stride))
-        T.evaluate(_load(6, right, right_at + steps * k_step * LANES, T.int64(COLS_BYTES)))
-        T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(0), T.uint8(5), T.uint8(6)))
-        if blocks == 2:
-            T.evaluate(_load(7, right, second_at + steps * k_step * LANES, T.int64(COLS_BYTES)))
-            T.evaluate(T.call_llvm_intrin("void", instruction, T.uint8(1), T.uint8(5), T.uint8(7)))
+        _step(instruction, (5, 6, 7), left, left_at + steps * k_step, left_stride, right,
+              right_at + steps * k_step * LANES, second_at + steps * k_step * LANES, blocks)
 
 
 def product_config(rows: int, k: int, kind: Kind = BF16) -> bytes:
