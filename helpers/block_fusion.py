@@ -56,6 +56,9 @@ class BlockShape:
     c_out: int
     stride: int
     expands: bool = True  # False: MobileNetV2's first block, a depthwise and a projection (hidden == c_in)
+    kernel: int = 3  # the depthwise filter's height and width (EfficientNet's blocks: 3 or 5)
+    activation: str = "relu6"  # after the expansion and the filter: "relu6" (MobileNetV2) or "silu" (EfficientNet)
+    squeeze: int = 0  # a squeeze-and-excitation's channels between the filter and the projection (EfficientNet); 0: none
 
     @property
     def out_size(self) -> int:
@@ -70,7 +73,7 @@ class BlockShape:
     def flops(self) -> int:
         """Multiplies and adds of the three convolutions (each once: a fused kernel's recomputed edges not counted)."""
         pixels, out_pixels = self.size**2, self.out_size**2
-        return 2 * (pixels * self.c_in * self.hidden * self.expands + out_pixels * 9 * self.hidden + out_pixels * self.hidden * self.c_out)
+        return 2 * (pixels * self.c_in * self.hidden * self.expands + out_pixels * self.kernel**2 * self.hidden + out_pixels * self.hidden * self.c_out)
 
     @property
     def expanded_mb(self) -> float:
@@ -79,20 +82,43 @@ class BlockShape:
 
     def __str__(self) -> str:
         expanded = f" -> {self.hidden}" if self.expands else ""
-        return (f"{self.c_in}x{self.size}x{self.size}{expanded} -> 3x3/{self.stride} -> "
+        excited = f" -> SE {self.squeeze}" if self.squeeze else ""
+        return (f"{self.c_in}x{self.size}x{self.size}{expanded} -> {self.kernel}x{self.kernel}/{self.stride}{excited} -> "
                 f"{self.c_out}x{self.out_size}x{self.out_size}")
 
 
+BLOCK_KINDS = ("InvertedResidual", "MBConv")  # torchvision's MobileNetV2 and EfficientNet blocks
+
+
+def _layers(block: torch.nn.Module) -> tuple[list[tuple[torch.nn.Conv2d, torch.nn.BatchNorm2d]], torch.nn.Module | None, str]:
+    """A block's convolutions with their BatchNorms, in order (expansion if any, depthwise, projection), its
+    squeeze-and-excitation (or None) and its activation's name; raises ``BlockError`` for any other module."""
+    kind = type(block).__name__
+    body = list(block.conv if kind == "InvertedResidual" else block.block if kind == "MBConv" else [])
+    if kind == "InvertedResidual":  # [*(conv, BatchNorm, ReLU6), projection conv, BatchNorm]
+        pairs = [(layer[0], layer[1]) for layer in body[:-2]] + [(body[-2], body[-1])]
+    else:  # [*(conv, BatchNorm, SiLU), squeeze-excite, (projection conv, BatchNorm)]
+        pairs = [(layer[0], layer[1]) for layer in body if type(layer).__name__ == "Conv2dNormActivation"]
+    if kind not in BLOCK_KINDS or len(pairs) not in (2, 3):
+        raise BlockError(f"{kind} is not an inverted residual block: pass one of MobileNetV2's features[1:18] or "
+                         "one of EfficientNet's MBConv blocks (features[1] to [7], each a sequence of them).")
+    excite = next((layer for layer in body if type(layer).__name__ == "SqueezeExcitation"), None)
+    activation = type(body[0][2]).__name__.lower()
+    if activation not in ("relu6", "silu"):
+        raise BlockError(f"this block's activation is {type(body[0][2]).__name__}; the kernels know ReLU6 and SiLU.")
+    return pairs, excite, activation
+
+
 def block_shape(block: torch.nn.Module, size: int) -> BlockShape:
-    """The shape of torchvision's ``InvertedResidual`` ``block`` on a ``size`` x ``size`` input (MobileNetV2's
-    ``features[1:18]``; the first has no expansion). Raises ``BlockError`` for any other module."""
-    convs = [m for m in block.modules() if isinstance(m, torch.nn.Conv2d)]
-    if type(block).__name__ != "InvertedResidual" or len(convs) not in (2, 3):
-        raise BlockError(f"{type(block).__name__} is not an inverted residual block: pass one of MobileNetV2's "
-                         "features[1:18].")
-    *expand, depthwise, project = convs
-    return BlockShape(size, depthwise.in_channels if not expand else expand[0].in_channels, depthwise.out_channels,
-                      project.out_channels, depthwise.stride[0], expands=bool(expand))
+    """The shape of torchvision's ``InvertedResidual`` (MobileNetV2's ``features[1:18]``; the first has no
+    expansion) or ``MBConv`` (EfficientNet's) ``block`` on a ``size`` x ``size`` input. Raises ``BlockError``
+    for any other module."""
+    pairs, excite, activation = _layers(block)
+    *expand, (depthwise, _), (project, _) = pairs
+    return BlockShape(size, depthwise.in_channels if not expand else expand[0][0].in_channels, depthwise.out_channels,
+                      project.out_channels, depthwise.stride[0], expands=bool(expand),
+                      kernel=depthwise.kernel_size[0], activation=activation,
+                      squeeze=excite.fc1.out_channels if excite is not None else 0)
 
 
 def mobilenet_v2_blocks(model: torch.nn.Module, size: int = 224) -> list[tuple[int, BlockShape]]:
@@ -107,43 +133,90 @@ def mobilenet_v2_blocks(model: torch.nn.Module, size: int = 224) -> list[tuple[i
     return blocks
 
 
-def _relu6(x: te.Tensor) -> te.Tensor:
+def _exp(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """e**x as TVM's ``topi.fast_exp`` computes it, for one value: a polynomial, which vectorizes (the C
+    library's ``expf``, where ``te.exp`` leads, is called once per value)."""
+    f32 = lambda v: tirx.const(v, "float32")  # noqa: E731
+    clamped = te.max(te.min(x, f32(88.3762626647950)), f32(-88.3762626647949))
+    n = te.floor(clamped * f32(1.44269504088896341) + f32(0.5))
+    r = clamped - n * f32(0.6931471805599453)
+    y = f32(1.9875691500e-4)
+    for p in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        y = y * r + f32(p)
+    y = y * r * r + r + f32(1.0)
+    two_to_n = tirx.reinterpret("float32", tirx.shift_left((n + f32(127.0)).astype("int32"), tirx.const(23, "int32")))
+    return te.max(two_to_n * y, x)
+
+
+def _sigmoid(x: tirx.PrimExpr) -> tirx.PrimExpr:
+    return tirx.const(1.0, "float32") / (tirx.const(1.0, "float32") + _exp(-x))
+
+
+def activate(name: str, x: tirx.PrimExpr) -> tirx.PrimExpr:
+    """ReLU6 (``min(max(x, 0), 6)``) or SiLU (``x * sigmoid(x)``) of one value."""
+    if name == "silu":
+        return x * _sigmoid(x)
     return te.min(te.max(x, tirx.const(0.0, "float32")), tirx.const(6.0, "float32"))
+
+
+EXCITATION = ("pool", "squeeze", "squeeze_act", "excite", "gate", "gated")
 
 
 def block_function(shape: BlockShape) -> tirx.PrimFunc:
     """The block as a tensor expression, unscheduled: inputs ``X`` (H, W, c_in) and the folded weights
     (``block_weights``' order), output (H', W', c_out). The depthwise filter reads the expanded image through
-    ``pad`` (zero outside it), which the schedules inline: no padded copy is made."""
-    h, c_in, hidden, c_out, stride = shape.size, shape.c_in, shape.hidden, shape.c_out, shape.stride
-    out = shape.out_size
+    ``pad`` (zero outside it), which the schedules inline: no padded copy is made. With a squeeze-and-excitation,
+    the filtered image's average (``pool``) gives each channel a gate, which scales the projection's weights
+    (``gated``: hidden x c_out products, not one per pixel), or the filtered image as the projection reads it
+    where it has fewer pixels than the projection has output channels."""
+    h, c_in, hidden, c_out, stride, k = shape.size, shape.c_in, shape.hidden, shape.c_out, shape.stride, shape.kernel
+    out, act, half = shape.out_size, shape.activation, shape.kernel // 2
     x = te.placeholder((h, h, c_in), name="X")
-    w2, b2 = te.placeholder((3, 3, hidden), name="W2"), te.placeholder((hidden,), name="B2")
+    w2, b2 = te.placeholder((k, k, hidden), name="W2"), te.placeholder((hidden,), name="B2")
     w3, b3 = te.placeholder((hidden, c_out), name="W3"), te.placeholder((c_out,), name="B3")
     if shape.expands:
         w1, b1 = te.placeholder((c_in, hidden), name="W1"), te.placeholder((hidden,), name="B1")
-        k = te.reduce_axis((0, c_in), "k")
-        expand = te.compute((h, h, hidden), lambda i, j, c: te.sum(x[i, j, k] * w1[k, c], axis=k), name="expand")
-        expand_act = te.compute((h, h, hidden), lambda i, j, c: _relu6(expand[i, j, c] + b1[c]), name="expand_act")
-        weights = [w1, b1, w2, b2, w3, b3]
+        kk = te.reduce_axis((0, c_in), "k")
+        expand = te.compute((h, h, hidden), lambda i, j, c: te.sum(x[i, j, kk] * w1[kk, c], axis=kk), name="expand")
+        expand_act = te.compute((h, h, hidden), lambda i, j, c: activate(act, expand[i, j, c] + b1[c]),
+                                name="expand_act")
+        weights = [w1, b1, w2, b2]
     else:
-        expand_act, weights = x, [w2, b2, w3, b3]
-    padded = te.compute((h + 2, h + 2, hidden), lambda i, j, c: te.if_then_else(
-        tirx.all(i >= 1, i <= h, j >= 1, j <= h), expand_act[i - 1, j - 1, c], tirx.const(0.0, "float32")),
-        name="pad")
-    r, s = te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
+        expand_act, weights = x, [w2, b2]
+    padded = te.compute((h + 2 * half, h + 2 * half, hidden), lambda i, j, c: te.if_then_else(
+        tirx.all(i >= half, i < h + half, j >= half, j < h + half), expand_act[i - half, j - half, c],
+        tirx.const(0.0, "float32")), name="pad")
+    r, s = te.reduce_axis((0, k), "r"), te.reduce_axis((0, k), "s")
     depthwise = te.compute((out, out, hidden), lambda i, j, c: te.sum(
         padded[i * stride + r, j * stride + s, c] * w2[r, s, c], axis=[r, s]), name="depthwise")
-    depthwise_act = te.compute((out, out, hidden), lambda i, j, c: _relu6(depthwise[i, j, c] + b2[c]),
+    depthwise_act = te.compute((out, out, hidden), lambda i, j, c: activate(act, depthwise[i, j, c] + b2[c]),
                                name="depthwise_act")
+    image, projection = depthwise_act, w3
+    if shape.squeeze:
+        s1, sb1 = te.placeholder((hidden, shape.squeeze), name="S1"), te.placeholder((shape.squeeze,), name="SB1")
+        s2, sb2 = te.placeholder((shape.squeeze, hidden), name="S2"), te.placeholder((hidden,), name="SB2")
+        pi, pj = te.reduce_axis((0, out), "pi"), te.reduce_axis((0, out), "pj")
+        pool = te.compute((hidden,), lambda c: te.sum(depthwise_act[pi, pj, c], axis=[pi, pj]), name="pool")
+        m1 = te.reduce_axis((0, hidden), "m1")
+        squeeze = te.compute((shape.squeeze,), lambda q: te.sum(pool[m1] * s1[m1, q], axis=m1), name="squeeze")
+        squeeze_act = te.compute((shape.squeeze,), lambda q: activate(act, squeeze[q] / float(out * out) + sb1[q]),
+                                 name="squeeze_act")
+        q1 = te.reduce_axis((0, shape.squeeze), "q1")
+        excite = te.compute((hidden,), lambda c: te.sum(squeeze_act[q1] * s2[q1, c], axis=q1), name="excite")
+        gate = te.compute((hidden,), lambda c: _sigmoid(excite[c] + sb2[c]), name="gate")
+        if out * out < c_out:  # fewer pixels than output channels: gate the filtered image as it is read
+            image = te.compute((out, out, hidden), lambda i, j, c: depthwise_act[i, j, c] * gate[c], name="gated")
+        else:
+            projection = te.compute((hidden, c_out), lambda m, n: w3[m, n] * gate[m], name="gated")
+        weights += [s1, sb1, s2, sb2]
     m = te.reduce_axis((0, hidden), "m")
-    project = te.compute((out, out, c_out), lambda i, j, n: te.sum(depthwise_act[i, j, m] * w3[m, n], axis=m),
+    project = te.compute((out, out, c_out), lambda i, j, n: te.sum(image[i, j, m] * projection[m, n], axis=m),
                          name="project")
     if shape.residual:
         result = te.compute((out, out, c_out), lambda i, j, n: project[i, j, n] + b3[n] + x[i, j, n], name="project_act")
     else:
         result = te.compute((out, out, c_out), lambda i, j, n: project[i, j, n] + b3[n], name="project_act")
-    return te.create_prim_func([x, *weights, result])
+    return te.create_prim_func([x, *weights, w3, b3, result])
 
 
 def vector_lanes(channels: int, lanes: int) -> int:
@@ -215,16 +288,57 @@ def tile_depthwise(sch: s_tir.Schedule, conv, epilogue, lanes: int) -> None:
     finish(sch, conv, r, epilogue, groups)
 
 
+def _sblock(sch: s_tir.Schedule, name: str):
+    """A stage's block, or None where the block has no such stage (no expansion, no excitation)."""
+    try:
+        return sch.get_sblock(name)
+    except s_tir.ScheduleError:
+        return None
+
+
 def _stages(sch: s_tir.Schedule) -> list:
     """The six stages' blocks (the padding inlined into the depthwise one); None for a block's missing expansion."""
     sch.compute_inline(sch.get_sblock("pad"))
-    stages = []
-    for name in STAGES:
-        try:
-            stages.append(sch.get_sblock(name))
-        except s_tir.ScheduleError:  # (no such block: a block without an expansion)
-            stages.append(None)
-    return stages
+    return [_sblock(sch, name) for name in STAGES]
+
+
+def _tile_vectors(sch: s_tir.Schedule, block, lanes: int, epilogue=None) -> None:
+    """A small product (its output, then its sum): vectors of outputs summed in registers, the ``epilogue`` on
+    each finished vector."""
+    spatial, reduction = sch.get_loops(block)
+    groups, vector = sch.split(spatial, [None, vector_lanes(int(sch.get(spatial).extent), lanes)])
+    sch.reorder(groups, reduction, vector)
+    sch.vectorize(vector)
+    finish(sch, block, reduction, epilogue, groups)
+
+
+def tile_pool(sch: s_tir.Schedule, pool, lanes: int) -> None:
+    """The average's sums (its last three loops: channels, rows, columns), pixel by pixel, each pixel's channels
+    added vector by vector to sums kept in memory: independent adds, read in the image's order (a vector of sums
+    per channel group, added pixel after pixel, would wait for each add before the next)."""
+    c, rows, cols = sch.get_loops(pool)[-3:]
+    groups, vector = sch.split(c, [None, vector_lanes(int(sch.get(c).extent), lanes)])
+    sch.reorder(rows, cols, groups, vector)
+    sch.vectorize(vector)
+    finish(sch, pool, rows)
+
+
+def schedule_excitation(sch: s_tir.Schedule, lanes: int, pooled: bool = False) -> None:
+    """The squeeze-and-excitation's small stages: the average of the filtered image (unless ``pooled``: a fused
+    kernel already summed each chunk), the two small products (the squeeze and the excitation, each with its
+    activation) and the gate, over vectors of channels, and the gated projection weights (or, for a small
+    image, the gate applied as the projection reads it)."""
+    squeeze, squeeze_act, excite, gate, gated = (sch.get_sblock(name) for name in EXCITATION[1:])
+    if not pooled:
+        tile_pool(sch, sch.get_sblock("pool"), lanes)
+    _tile_vectors(sch, squeeze, lanes, squeeze_act)
+    _tile_vectors(sch, excite, lanes, gate)
+    if len(sch.get_loops(gated)) == 3:  # the image gated: as the projection reads it
+        sch.compute_inline(gated)
+        return
+    m, n = sch.get_loops(gated)
+    sch.parallel(m)
+    sch.vectorize(sch.split(n, [None, vector_lanes(int(sch.get(n).extent), lanes)])[1])
 
 
 def schedule_separate(shape: BlockShape, lanes: int | None = None) -> s_tir.Schedule:
@@ -237,6 +351,8 @@ def schedule_separate(shape: BlockShape, lanes: int | None = None) -> s_tir.Sche
     if expand is not None:
         tile_pointwise(sch, expand, expand_act, lanes, parallel=True)
     tile_depthwise(sch, depthwise, depthwise_act, lanes)
+    if shape.squeeze:
+        schedule_excitation(sch, lanes)
     tile_pointwise(sch, project, project_act, lanes, parallel=True)
     return sch
 
@@ -303,36 +419,60 @@ def schedule_fused(shape: BlockShape, tiling: Tiling, lanes: int | None = None,
 
 def _fuse_by_rows(sch: s_tir.Schedule, rows: int, lanes: int) -> None:
     """Bands of ``rows`` output rows, split between the cores; in each band the input rows it needs are
-    expanded, filtered and projected before the next band starts."""
+    expanded, filtered and projected before the next band starts. With a squeeze-and-excitation the bands
+    end at the filter: its gates need the whole filtered image before the projection can start."""
     expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
-    bands, _ = sch.split(sch.get_loops(project_act)[0], [None, rows])
-    for producer in (project, depthwise_act, depthwise, expand_act, expand):  # consumers first
+    excited = _sblock(sch, "pool") is not None
+    anchor = depthwise if excited else project_act
+    bands, _ = sch.split(sch.get_loops(anchor)[0], [None, rows])
+    producers = (expand_act, expand) if excited else (project, depthwise_act, depthwise, expand_act, expand)
+    for producer in producers:  # consumers first
         if producer is not None:
             sch.compute_at(producer, bands, preserve_unit_loops=True)
     sch.parallel(bands)
     if expand is not None:
         tile_pointwise(sch, expand, expand_act, lanes)
     tile_depthwise(sch, depthwise, depthwise_act, lanes)
-    tile_pointwise(sch, project, project_act, lanes)
+    if excited:
+        schedule_excitation(sch, lanes)
+    tile_pointwise(sch, project, project_act, lanes, parallel=excited)
 
 
 def _fuse_by_channels(sch: s_tir.Schedule, channels: int, lanes: int, parts: int) -> None:
     """The expanded channels split between ``parts`` cores; each core, chunk by chunk of ``channels``, expands
     the whole image into them, filters them and adds their share of the projection to sums of its own
-    (``rfactor``); the cores' sums are added at the end, with the bias and the residual."""
+    (``rfactor``); the cores' sums are added at the end, with the bias and the residual. With a
+    squeeze-and-excitation each chunk is expanded, filtered and averaged (its channels' share of the pool);
+    the projection follows the gates, over the whole image."""
     expand, expand_act, depthwise, depthwise_act, project, project_act = _stages(sch)
-    *_, reduction = sch.get_loops(project)
-    part, chunks, chunk = sch.split(reduction, [parts, None, channels])
-    partial = sch.rfactor(part, 0)  # partial[part, i, j, n]: each core's share of the projection
-    i, j, n, part, chunks, chunk = sch.get_loops(partial)
-    sch.reorder(part, chunks, i, j, n, chunk)
-    sch.parallel(part)
-    for producer in (depthwise_act, depthwise, expand_act, expand):  # consumers first
+    if _sblock(sch, "pool") is not None:
+        i, j, c, *_ = sch.get_loops(depthwise)
+        part, chunks, chunk = sch.split(c, [parts, None, channels])
+        sch.reorder(part, chunks, i, j, chunk)
+        sch.parallel(part)
+        producers, partial = (expand_act, expand), None
+    else:
+        *_, reduction = sch.get_loops(project)
+        part, chunks, chunk = sch.split(reduction, [parts, None, channels])
+        partial = sch.rfactor(part, 0)  # partial[part, i, j, n]: each core's share of the projection
+        i, j, n, part, chunks, chunk = sch.get_loops(partial)
+        sch.reorder(part, chunks, i, j, n, chunk)
+        sch.parallel(part)
+        producers = (depthwise_act, depthwise, expand_act, expand)
+    for producer in producers:  # consumers first
         if producer is not None:
             sch.compute_at(producer, chunks, preserve_unit_loops=True)
     if expand is not None:
         tile_pointwise(sch, expand, expand_act, lanes)
     tile_depthwise(sch, depthwise, depthwise_act, lanes)
+    if partial is None:
+        pool = sch.get_sblock("pool")
+        sch.reverse_compute_at(pool, chunks, preserve_unit_loops=True)
+        tile_pool(sch, pool, lanes)
+        schedule_excitation(sch, lanes, pooled=True)
+        few_rows = int(sch.get(sch.get_loops(project)[0]).extent) < 14  # the cores share the channels instead
+        tile_pointwise(sch, project, project_act, lanes, parallel=True, channels_outer=few_rows)
+        return
     tile_pointwise(sch, partial, None, lanes, zero_at=chunks)
     i, j, n, part = sch.get_loops(project)  # the cores' sums added, vector by vector
     outer, vector = sch.split(n, [None, vector_lanes(int(sch.get(n).extent), lanes)])
@@ -387,14 +527,17 @@ def outline(sch: s_tir.Schedule, depth: int = 2) -> str:
 
 def block_weights(block: torch.nn.Module) -> list[np.ndarray]:
     """The block's weights with BatchNorm folded in, in ``block_function``'s order and layouts: W1 (c_in,
-    hidden), B1 (where the block expands), W2 (3, 3, hidden), B2, W3 (hidden, c_out), B3."""
-    block_shape(block, 1)  # (checks the module)
-    *layers, project, project_bn = block.conv  # each layer before the projection: a convolution, a BatchNorm, ReLU6
-    folded = [torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval())
-              for conv, bn in [(layer[0], layer[1]) for layer in layers] + [(project, project_bn)]]
+    hidden), B1 (where the block expands), W2 (k, k, hidden), B2, the squeeze-and-excitation's S1 (hidden,
+    squeeze), SB1, S2 (squeeze, hidden), SB2 (where it has one), W3 (hidden, c_out), B3."""
+    pairs, excite, _ = _layers(block)
+    folded = [torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval()) for conv, bn in pairs]
     *expand, depthwise, projection = [(f.weight.detach().numpy(), f.bias.detach().numpy()) for f in folded]
     arrays = [expand[0][0][:, :, 0, 0].T, expand[0][1]] if expand else []
-    arrays += [depthwise[0][:, 0].transpose(1, 2, 0), depthwise[1], projection[0][:, :, 0, 0].T, projection[1]]
+    arrays += [depthwise[0][:, 0].transpose(1, 2, 0), depthwise[1]]
+    if excite is not None:
+        arrays += [excite.fc1.weight.detach().numpy()[:, :, 0, 0].T, excite.fc1.bias.detach().numpy(),
+                   excite.fc2.weight.detach().numpy()[:, :, 0, 0].T, excite.fc2.bias.detach().numpy()]
+    arrays += [projection[0][:, :, 0, 0].T, projection[1]]
     return [np.ascontiguousarray(a, dtype="float32") for a in arrays]
 
 

@@ -1,9 +1,10 @@
 """A whole MobileNetV2 from the course's own kernels, channels last, each inverted residual block one fused kernel
-(``block_fusion``), in one Relax module run by TVM's VM (Day 7).
+(``block_fusion``), in one Relax module run by TVM's VM (Day 7); EfficientNet too, whose blocks are MobileNetV2's
+with SiLU, 5x5 filters in some, and a squeeze-and-excitation.
 
-The model is 20 kernels: the stem (a 3x3 convolution that reads the NCHW image and writes channels last), the
+MobileNetV2 is 19 kernels: the stem (a 3x3 convolution that reads the NCHW image and writes channels last), the
 17 blocks (``block_fusion.schedule_fused``: no block's expanded image leaves the cache) and the head (the last
-1x1 convolution, the average pool and the classifier). Relax calls each with ``call_tir``; the weights, BatchNorm
+1x1 convolution, the average pool and the classifier); EfficientNet-B0 is 18 (16 blocks). Relax calls each with ``call_tir``; the weights, BatchNorm
 folded in, are the module's parameters. Nothing is tuned: every schedule is written by hand, and each block's
 cut (``Tiling``) is either measured on this machine (``choose="measure"``) or taken from a rule (the default).
 
@@ -20,19 +21,17 @@ import tvm
 from tvm import relax, s_tir, te, tirx
 
 from . import block_fusion, machine
-from .block_fusion import BlockShape, Tiling, finish, tile_pointwise
+from .block_fusion import BlockShape, Tiling, activate, finish, tile_pointwise
 from .build import CompiledModel
 
 LABEL = "TVM, every block fused"
 SEPARATE_LABEL = "TVM, the same kernels unfused"
+MODELS = ("MobileNetV2", "EfficientNet")  # torchvision's classes this module builds
 
 
-def _relu6(x):
-    return te.min(te.max(x, tirx.const(0.0, "float32")), tirx.const(6.0, "float32"))
-
-
-def stem_function(size: int = 224, c_out: int = 32) -> tirx.PrimFunc:
-    """The stem: 3x3 stride-2 convolution of the NCHW image (BatchNorm folded), ReLU6, written channels last."""
+def stem_function(size: int = 224, c_out: int = 32, activation: str = "relu6") -> tirx.PrimFunc:
+    """The stem: 3x3 stride-2 convolution of the NCHW image (BatchNorm folded), ReLU6 (or SiLU), written
+    channels last."""
     out = size // 2
     x = te.placeholder((1, 3, size, size), name="X")
     w, b = te.placeholder((3, 3, 3, c_out), name="W"), te.placeholder((c_out,), name="B")
@@ -43,7 +42,7 @@ def stem_function(size: int = 224, c_out: int = 32) -> tirx.PrimFunc:
 
     conv = te.compute((out, out, c_out), lambda i, j, c: te.sum(
         pixel(ci, 2 * i + r - 1, 2 * j + s - 1) * w[r, s, ci, c], axis=[ci, r, s]), name="stem")
-    act = te.compute((out, out, c_out), lambda i, j, c: _relu6(conv[i, j, c] + b[c]), name="stem_act")
+    act = te.compute((out, out, c_out), lambda i, j, c: activate(activation, conv[i, j, c] + b[c]), name="stem_act")
     return te.create_prim_func([x, w, b, act])
 
 
@@ -79,16 +78,16 @@ def pack_classifier(weight: np.ndarray, group: int) -> np.ndarray:
 
 
 def head_function(size: int = 7, c_in: int = 320, c_mid: int = 1280, classes: int = 1000,
-                  group: int = 40) -> tirx.PrimFunc:
-    """The head: 1x1 convolution (BatchNorm folded) and ReLU6, the average over the image, the classifier
-    (its weight packed by ``pack_classifier`` in groups of ``group`` classes)."""
+                  group: int = 40, activation: str = "relu6") -> tirx.PrimFunc:
+    """The head: 1x1 convolution (BatchNorm folded) and ReLU6 (or SiLU), the average over the image, the
+    classifier (its weight packed by ``pack_classifier`` in groups of ``group`` classes)."""
     x = te.placeholder((size, size, c_in), name="X")
     w, b = te.placeholder((c_in, c_mid), name="W"), te.placeholder((c_mid,), name="B")
     wl = te.placeholder((classes // group, c_mid, group), name="WL")
     bl = te.placeholder((classes,), name="BL")
     k = te.reduce_axis((0, c_in), "k")
     conv = te.compute((size, size, c_mid), lambda i, j, c: te.sum(x[i, j, k] * w[k, c], axis=k), name="head")
-    act = te.compute((size, size, c_mid), lambda i, j, c: _relu6(conv[i, j, c] + b[c]), name="head_act")
+    act = te.compute((size, size, c_mid), lambda i, j, c: activate(activation, conv[i, j, c] + b[c]), name="head_act")
     pi, pj = te.reduce_axis((0, size), "pi"), te.reduce_axis((0, size), "pj")
     pooled = te.compute((c_mid,), lambda c: te.sum(act[pi, pj, c], axis=[pi, pj]), name="pool")
     m = te.reduce_axis((0, c_mid), "m")
@@ -138,20 +137,33 @@ def _folded(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> tuple[np.ndarray
     return fused.weight.detach().numpy(), fused.bias.detach().numpy()
 
 
+def model_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """A MobileNetV2's or an EfficientNet's inverted residual blocks in order, each with its name in the model
+    (``features[3]``; EfficientNet's come in stages: ``features[2][1]``)."""
+    blocks = []
+    for index, layer in enumerate(model.features[1:-1], start=1):
+        if type(layer).__name__ in block_fusion.BLOCK_KINDS:
+            blocks.append((f"features[{index}]", layer))
+        else:
+            blocks += [(f"features[{index}][{j}]", block) for j, block in enumerate(layer)]
+    return blocks
+
+
 def compile_fused(model: torch.nn.Module, x: torch.Tensor,
-                  choose: str | Callable[[int, BlockShape], Tiling | None] = "rule",
-                  target: tvm.target.Target | None = None) -> tuple[CompiledModel, dict[int, Tiling | None]]:
-    """torchvision's MobileNetV2 ``model`` as the course's own kernels, for inputs shaped like ``x`` (batch 1):
-    the compiled model (called like the PyTorch one, on an NCHW tensor) and each block's cut. ``choose``: "rule"
-    (``default_tiling``), "measure" (``block_fusion.time_tilings`` on each block, a few seconds each),
-    "separate" (every block as its three kernels, the same schedules unfused: what fusion alone buys), or a
-    function of (index in ``features``, shape) giving a ``Tiling``, or None for three kernels."""
+                  choose: str | Callable[[str, BlockShape], Tiling | None] = "rule",
+                  target: tvm.target.Target | None = None) -> tuple[CompiledModel, dict[str, Tiling | None]]:
+    """torchvision's MobileNetV2 or EfficientNet ``model`` as the course's own kernels, for inputs shaped like
+    ``x`` (batch 1): the compiled model (called like the PyTorch one, on an NCHW tensor) and each block's cut,
+    by the block's name (``model_blocks``). ``choose``: "rule" (``default_tiling``), "measure"
+    (``block_fusion.time_tilings`` on each block, a few seconds each), "separate" (every block as its three
+    kernels, the same schedules unfused: what fusion alone buys), or a function of (name, shape) giving a
+    ``Tiling``, or None for three kernels."""
     if not callable(choose) and choose not in ("rule", "measure", "separate"):
         raise block_fusion.BlockError(f"choose={choose!r}: give \"rule\", \"measure\", \"separate\" or a function "
-                                      "of (index, shape) giving a Tiling or None.")
-    if type(model).__name__ != "MobileNetV2" or tuple(x.shape[:2]) != (1, 3) or x.shape[2] != x.shape[3]:
-        raise block_fusion.BlockError("compile_fused takes torchvision's MobileNetV2 and one square RGB image "
-                                      f"(1, 3, S, S); got {type(model).__name__} and {tuple(x.shape)}.")
+                                      "of (name, shape) giving a Tiling or None.")
+    if type(model).__name__ not in MODELS or tuple(x.shape[:2]) != (1, 3) or x.shape[2] != x.shape[3]:
+        raise block_fusion.BlockError("compile_fused takes torchvision's MobileNetV2 or EfficientNet and one square "
+                                      f"RGB image (1, 3, S, S); got {type(model).__name__} and {tuple(x.shape)}.")
     model = model.eval()
     target = target or machine.cpu_target()
     lanes = machine.float32_lanes(target)
@@ -167,29 +179,33 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor,
 Call = tuple[tirx.PrimFunc, int, tuple[int, ...]]  # a scheduled kernel, how many weights it takes, its output's shape
 
 
+def _cut(choose, name: str, block: torch.nn.Module, shape: BlockShape, lanes: int, cores: int) -> Tiling | None:
+    """The block's cut as ``compile_fused``'s ``choose`` says."""
+    if choose == "rule":
+        return default_tiling(shape, cores, lanes)
+    if choose == "separate":
+        return None
+    if choose == "measure":
+        seed = sum(map(ord, name))
+        probe = torch.rand(1, shape.c_in, shape.size, shape.size, generator=torch.Generator().manual_seed(seed)) * 3
+        return block_fusion.best_tiling(block_fusion.time_tilings(block, probe, repeats=5))
+    return choose(name, shape)
+
+
 def _kernels(model: torch.nn.Module, size: int, choose, lanes: int,
-             cores: int) -> tuple[list[Call], list[np.ndarray], dict[int, Tiling | None]]:
+             cores: int) -> tuple[list[Call], list[np.ndarray], dict[str, Tiling | None]]:
     """The model's kernels in order (stem, blocks, head), their weights (BatchNorm folded, in the kernels'
     layouts), and each block's cut."""
     stem_w, stem_b = _folded(model.features[0][0], model.features[0][1])
+    activation = type(model.features[0][2]).__name__.lower()  # ReLU6 or SiLU, as in the blocks
     h = size // 2
-    calls: list[Call] = [(schedule_stem(stem_function(size, stem_w.shape[0]), lanes).mod["main"], 2,
+    calls: list[Call] = [(schedule_stem(stem_function(size, stem_w.shape[0], activation), lanes).mod["main"], 2,
                           (h, h, stem_w.shape[0]))]
     params = [stem_w.transpose(2, 3, 1, 0), stem_b]
-    tilings: dict[int, Tiling | None] = {}
-    for index in range(1, len(model.features) - 1):
-        block = model.features[index]
+    tilings: dict[str, Tiling | None] = {}
+    for name, block in model_blocks(model):
         shape = block_fusion.block_shape(block, h)
-        if choose == "rule":
-            tiling = default_tiling(shape, cores, lanes)
-        elif choose == "separate":
-            tiling = None
-        elif choose == "measure":
-            probe = torch.rand(1, shape.c_in, h, h, generator=torch.Generator().manual_seed(index)) * 3
-            tiling = block_fusion.best_tiling(block_fusion.time_tilings(block, probe, repeats=5))
-        else:
-            tiling = choose(index, shape)
-        tilings[index] = tiling
+        tiling = tilings[name] = _cut(choose, name, block, shape, lanes, cores)
         weights = block_fusion.block_weights(block)
         kernel = (block_fusion.schedule_separate(shape, lanes) if tiling is None
                   else block_fusion.schedule_fused(shape, tiling, lanes, cores))
@@ -199,7 +215,8 @@ def _kernels(model: torch.nn.Module, size: int, choose, lanes: int,
     last, classifier = model.features[-1], model.classifier[-1]
     head_w, head_b = _folded(last[0], last[1])
     group = classifier_group(classifier.out_features, lanes)
-    head = schedule_head(head_function(h, head_w.shape[1], head_w.shape[0], classifier.out_features, group), lanes)
+    head = schedule_head(head_function(h, head_w.shape[1], head_w.shape[0], classifier.out_features, group,
+                                       activation), lanes)
     calls.append((head.mod["main"], 4, (1, classifier.out_features)))
     params += [head_w[:, :, 0, 0].T, head_b, pack_classifier(classifier.weight.detach().numpy(), group),
                classifier.bias.detach().numpy()]

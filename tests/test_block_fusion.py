@@ -13,7 +13,18 @@ from helpers.maintainers import fusion_table
 def _block(c_in: int, c_out: int, stride: int, expand: int, seed: int) -> torch.nn.Module:
     """A torchvision block with BatchNorm statistics far from the identity, so that folding them matters."""
     torch.manual_seed(seed)
-    block = InvertedResidual(c_in, c_out, stride, expand).eval()
+    return _scrambled(InvertedResidual(c_in, c_out, stride, expand).eval())
+
+
+def _mbconv(c_in: int, c_out: int, stride: int, expand: int, kernel: int, seed: int) -> torch.nn.Module:
+    """An EfficientNet block (SiLU, a squeeze-and-excitation of c_in / 4 channels), BatchNorm scrambled too."""
+    from torchvision.models.efficientnet import MBConv, MBConvConfig
+
+    torch.manual_seed(seed)
+    return _scrambled(MBConv(MBConvConfig(expand, kernel, stride, c_in, c_out, 1), 0.0, torch.nn.BatchNorm2d).eval())
+
+
+def _scrambled(block: torch.nn.Module) -> torch.nn.Module:
     with torch.no_grad():
         for bn in (m for m in block.modules() if isinstance(m, torch.nn.BatchNorm2d)):
             bn.running_mean.uniform_(-0.5, 0.5)
@@ -41,6 +52,44 @@ def test_the_fused_kernel_computes_the_block_with_every_tiling(c_in, c_out, stri
     for tiling in [None, *choices]:
         compiled = block_fusion.compile_block(block, size, tiling)
         assert block_fusion.check(compiled, block, x) < 1e-5, tiling
+
+
+SE_CASES = [  # (c_in, c_out, stride, expansion, kernel, size): the gates on the weights (more pixels than output
+    (8, 8, 1, 6, 5, 10),  # channels) or on the image (fewer), 5x5 filters, stride 2, no expansion
+    (16, 24, 2, 4, 3, 6),
+    (16, 16, 1, 1, 3, 8),
+]
+
+
+@pytest.mark.parametrize("c_in,c_out,stride,expand,kernel,size", SE_CASES)
+def test_an_efficientnet_block_with_its_squeeze_and_excitation_is_computed_with_every_tiling(c_in, c_out, stride,
+                                                                                              expand, kernel, size):
+    block = _mbconv(c_in, c_out, stride, expand, kernel, seed=size)
+    x = torch.rand(1, c_in, size, size) * 8 - 4  # SiLU's and the gates' sigmoids on both sides of zero
+    shape = block_fusion.block_shape(block, size)
+    assert (shape.kernel, shape.activation, shape.squeeze, shape.expands) == (kernel, "silu", c_in // 4, expand > 1)
+    assert f"{kernel}x{kernel}/{stride} -> SE {c_in // 4} ->" in str(shape)
+    for tiling in [None, *block_fusion.tilings(shape)]:
+        compiled = block_fusion.compile_block(block, size, tiling)
+        assert block_fusion.check(compiled, block, x) < 1e-5, tiling
+
+
+def test_with_a_squeeze_and_excitation_the_pieces_end_at_the_filter_and_chunks_pool_as_they_go():
+    shape = block_fusion.BlockShape(size=8, c_in=8, hidden=32, c_out=8, stride=1, kernel=5, activation="silu",
+                                    squeeze=2)
+    bands = block_fusion.schedule_fused(shape, block_fusion.Tiling(rows=2), lanes=8, cores=2)
+
+    def outer(sch, name):
+        return sch.get(sch.get_loops(sch.get_sblock(name))[0])
+
+    assert outer(bands, "expand_update").same_as(outer(bands, "depthwise_update"))  # one loop over bands
+    assert not outer(bands, "project_update").same_as(outer(bands, "depthwise_update"))  # after every gate
+    assert int(outer(bands, "depthwise_update").extent) == 4
+    chunks = block_fusion.schedule_fused(shape, block_fusion.Tiling(channels=8), lanes=8, cores=2)
+    chunk_loop = chunks.get(chunks.get_loops(chunks.get_sblock("depthwise_update"))[1])
+    assert int(chunk_loop.extent) == 2  # 32 channels: 16 per core, in chunks of 8
+    for stage in ("expand_update", "pool_update"):  # expanded and averaged in the chunk, as it is filtered
+        assert chunks.get(chunks.get_loops(chunks.get_sblock(stage))[1]).same_as(chunk_loop)
 
 
 def test_fusing_moves_every_stage_into_the_loop_over_pieces_and_separate_kernels_keep_their_own():
@@ -164,14 +213,16 @@ def test_the_fusion_table_gives_each_blocks_ratios_and_the_totals():
     assert total == f"| all | | | | 1100 | 900 | 700 | - | 500 | - | {1.1 / 0.9:.2f}x | {0.7 / 0.9:.2f}x | {0.5 / 0.9:.2f}x |"
 
     whole = {"timings": {fusion_table.FUSED_MEASURED: rec(2.0), peers.OPENVINO: rec(2.5), fusion_table.TUNED: rec(3.0)},
-             "tilings": {fusion_table.FUSED_MEASURED: {"1": "rows=7", "2": "rows=4"}}, "database": "shipped",
+             "tilings": {fusion_table.FUSED_MEASURED: {"features[1]": "rows=7", "features[2][1]": "rows=4"}},
+             "database": "shipped",
              "verdict": "faster\nslower", "missing": {peers.FROZEN: "not installed"}}
-    lines = fusion_table.format_whole_model(whole)
+    lines = fusion_table.format_whole_model(whole, "EfficientNet-B0")
     rows = [line for line in lines if line.startswith("| ") and "median" not in line and "---" not in line]
     assert rows == [f"| {fusion_table.FUSED_MEASURED} | 2.00 (0.10) | 1.00x |", f"| {peers.OPENVINO} | 2.50 (0.12) | 1.25x |",
                     f"| {fusion_table.TUNED} | 3.00 (0.15) | 1.50x |"]  # fastest first
     assert "faster; slower." in lines and "Missing: not installed" in lines
-    assert "Cuts measured here: features[1] rows=7, features[2] rows=4." in lines
+    assert "Cuts measured here: features[1] rows=7, features[2][1] rows=4." in lines
+    assert lines[0].startswith("The whole model (EfficientNet-B0, batch 1, float32;")
 
 
 def test_an_engines_blocks_are_found_in_its_profile_of_the_whole_model_by_their_shapes():

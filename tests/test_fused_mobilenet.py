@@ -1,5 +1,5 @@
-"""A whole MobileNetV2 from the course's own fused kernels (helpers.fused_mobilenet, Day 13): a real torchvision
-model, compiled and checked against PyTorch on an image size the course does not use."""
+"""A whole MobileNetV2 (and EfficientNet-B0) from the course's own fused kernels (helpers.fused_mobilenet, Day 7):
+real torchvision models, compiled and checked against PyTorch on image sizes the course does not use."""
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ def model():
 def test_the_fused_model_computes_mobilenets_logits(model):
     x = torch.rand(1, 3, 96, 96, generator=torch.Generator().manual_seed(5)) * 2 - 1
     compiled, tilings = fused_mobilenet.compile_fused(model, x)
-    assert sorted(tilings) == list(range(1, 18))  # every block fused, the first (no expansion) included
+    assert list(tilings) == [f"features[{i}]" for i in range(1, 18)]  # every block fused, the first (no expansion) too
     with torch.no_grad():
         want = model(x).numpy()
     got = compiled(x)
@@ -29,15 +29,25 @@ def test_each_blocks_cut_can_be_chosen_and_is_kept(model):
     x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(6))
     seen = []
 
-    def one_row_bands(index, shape):
-        seen.append((index, shape.size))
+    def one_row_bands(name, shape):
+        seen.append((name, shape.size))
         return block_fusion.Tiling(rows=1)
 
     compiled, tilings = fused_mobilenet.compile_fused(model, x, choose=one_row_bands)
     assert set(tilings.values()) == {block_fusion.Tiling(rows=1)}
-    assert seen[0] == (1, 32) and seen[-1] == (17, 2)  # each block asked with the image size it sees
+    assert seen[0] == ("features[1]", 32) and seen[-1] == ("features[17]", 2)  # each with the image size it sees
     with torch.no_grad():
         assert build.relative_error(compiled(x), model(x).numpy()) < 1e-4
+
+
+def test_efficientnet_is_built_from_the_same_kernels_with_its_squeeze_and_excitations():
+    model = models.load_model("efficientnet_b0", pretrained=False)
+    x = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(9)) * 2 - 1
+    compiled, tilings = fused_mobilenet.compile_fused(model, x)
+    assert len(tilings) == 16 and list(tilings)[:3] == ["features[1][0]", "features[2][0]", "features[2][1]"]
+    with torch.no_grad():
+        want = model(x).numpy()
+    assert build.relative_error(compiled(x), want) < 1e-4
 
 
 def test_the_same_model_unfused_is_the_three_kernels_of_every_block(model):
@@ -66,7 +76,7 @@ def test_the_classifier_is_packed_so_that_each_group_of_classes_is_contiguous():
 
 
 def test_anything_but_mobilenet_on_one_square_image_is_refused(model):
-    with pytest.raises(block_fusion.BlockError, match=r"MobileNetV2 .* \(1, 3, S, S\)"):
+    with pytest.raises(block_fusion.BlockError, match=r"MobileNetV2 or EfficientNet .* \(1, 3, S, S\)"):
         fused_mobilenet.compile_fused(model, torch.rand(2, 3, 64, 64))
     with pytest.raises(block_fusion.BlockError, match="ResNet"):
         fused_mobilenet.compile_fused(models.load_model("resnet50", pretrained=False), torch.rand(1, 3, 64, 64))

@@ -9,9 +9,10 @@ at the block's edges; TVM's kernels read and write channels last. So each engine
 model (``layer_compare``: ONNX Runtime's profiler, OpenVINO's counters): the block's three convolutions, their
 epilogues counted in, as the engine ran them there, where no call or layout change is paid per block.
 
-Then the whole model: MobileNetV2 from the course's own kernels, every block fused (``fused_mobilenet``, each
-block's cut measured here and by the rule) and the same kernels unfused, beside tuned TVM (its database), PyTorch
-eager and with freezing, ONNX Runtime and OpenVINO, each checked against eager, in one run.
+Then each whole model, MobileNetV2 and EfficientNet-B0 (whose blocks add a squeeze-and-excitation): built from
+the course's own kernels, every block fused (``fused_mobilenet``, each block's cut measured here and by the rule)
+and the same kernels unfused, beside tuned TVM (its database), PyTorch eager and with freezing, ONNX Runtime and
+OpenVINO, each checked against eager, in one run per model.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def fusion_run(repeats: int = 20) -> dict:
                      "in_model_ms": {engine: ms[index] for engine, ms in in_model.items() if index in ms}})
         print(f"features[{index}] {shape}: {best}, "
               + ", ".join(f"{t.label} {t.median_ms:.3f} ms" for t in timings), flush=True)
-    return {"model": "mobilenet_v2", "blocks": rows, "whole_model": whole_model(model, repeats),
+    return {"model": "mobilenet_v2", "blocks": rows,
+            "whole_models": {name: whole_model(name, repeats) for name in WHOLE_MODELS},
             "load_before": load_before, "load_after": load_average()}
 
 
@@ -80,10 +82,12 @@ FUSED_MEASURED = "TVM, every block fused (cuts measured here)"
 FUSED_RULE = "TVM, every block fused (cuts by the rule)"
 TUNED = "TVM tuned"
 UNFUSED = "TVM, the same kernels unfused (three per block)"
+WHOLE_MODELS = {"mobilenet_v2": "MobileNetV2", "efficientnet_b0": "EfficientNet-B0"}
 
 
-def whole_model(model, repeats: int) -> dict:
-    """MobileNetV2 end to end: the fused builds, tuned TVM and the peers, checked against eager, timed in one run."""
+def whole_model(name: str, repeats: int) -> dict:
+    """One model end to end: the fused builds, tuned TVM and the peers, checked against eager, timed in one run."""
+    model = models.load_model(name)
     x = models.example_input(1)
     target = machine.cpu_target()
     found = peers.peers(model, x, which=(peers.EAGER, peers.FROZEN, peers.ORT, peers.OPENVINO))
@@ -95,12 +99,12 @@ def whole_model(model, repeats: int) -> dict:
         if choose != "separate":
             tilings[label] = cuts
     imported = models.import_to_relax(model, x)
-    database = databases.choose("mobilenet_v2", imported, target, tune_if_missing=False)  # (shipped: always one)
+    database = databases.choose(name, imported, target, tune_if_missing=False)  # (shipped: always one)
     runners[TUNED] = timing.tvm_runner(database.compile(imported, target), x)
     peers.check_against_eager(runners)
     timings = timing.measure_engines(runners, repeats=repeats)
     return {"timings": records(timings), "missing": found.missing,
-            "tilings": {label: {i: str(t) for i, t in cut.items()} for label, cut in tilings.items()},
+            "tilings": {label: {block: str(t) for block, t in cut.items()} for label, cut in tilings.items()},
             "database": database.label(), "verdict": peers.verdict(timings, candidate=FUSED_MEASURED)}
 
 
@@ -149,29 +153,30 @@ def format_fusion(result: dict, machine_summary: str) -> str:
     totals = {c: sum(t[c] for t in every) for c in columns if all(c in t for t in every)}
     lines.append("| all | | | | " + " | ".join(f"{totals[c] * 1000:.0f}" if c in totals else "-" for c in columns)
                  + f" | {ratios(totals)} |")
-    if "whole_model" in result:
-        lines += ["", *format_whole_model(result["whole_model"])]
+    for name, whole in result.get("whole_models", {}).items():
+        lines += ["", *format_whole_model(whole, WHOLE_MODELS[name])]
     lines += ["", f"Load average: {result['load_before']} before, {result['load_after']} after."]
     return "\n".join(lines)
 
 
-def format_whole_model(whole: dict) -> list[str]:
-    """The whole model's table: medians in ms (IQR), each against the fused build with measured cuts."""
+def format_whole_model(whole: dict, model: str) -> list[str]:
+    """A whole model's table: medians in ms (IQR), each against the fused build with measured cuts."""
     t = whole["timings"]
     fused = t[FUSED_MEASURED]["median_ms"]
-    lines = ["The whole model (MobileNetV2, batch 1, float32; medians in ms, IQR; \"fused / it\" > 1: the fused "
+    lines = [f"The whole model ({model}, batch 1, float32; medians in ms, IQR; \"fused / it\" > 1: the fused "
              "build is faster):", "", "| build | median ms (IQR) | fused / it |", "| --- | ---: | ---: |"]
     for label, record in sorted(t.items(), key=lambda item: item[1]["median_ms"]):
         mark = UNRELIABLE_MARK if unreliable(record) else ""
         lines.append(f"| {label} | {mark}{record['median_ms']:.2f} ({record['iqr_ms']:.2f}) | "
                      f"{record['median_ms'] / fused:.2f}x |")
     lines += ["", whole["verdict"].replace("\n", "; ") + ".", f"Tuned TVM's database: {whole['database']}.",
-              "Cuts measured here: " + ", ".join(f"features[{i}] {cut}" for i, cut in whole["tilings"][FUSED_MEASURED].items())
+              "Cuts measured here: " + ", ".join(f"{block} {cut}" for block, cut in whole["tilings"][FUSED_MEASURED].items())
               + "."]
     lines += [f"Missing: {why}" for why in whole.get("missing", {}).values()]
     return lines
 
 
 def run_fusion(repeats: int = 20, save: bool = True) -> str:
-    return print_and_keep("fusion", "MobileNetV2's blocks: three kernels, one fused kernel, and the engines",
+    return print_and_keep("fusion", "MobileNetV2's blocks: three kernels, one fused kernel, and the engines; "
+                          "MobileNetV2 and EfficientNet-B0 fused",
                           fusion_run(repeats), format_fusion, save)
