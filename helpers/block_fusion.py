@@ -267,8 +267,8 @@ def tile_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bo
     cols, col = sch.split(j, [None, p])
     groups, group, vector = sch.split(c, [None, v, width])
     sch.reorder(*((groups, i, cols) if channels_outer else (i, cols, groups)), k, col, group, vector)
-    if parallel:
-        sch.parallel(groups if channels_outer else i)
+    if parallel:  # (groups and rows as one loop: a few groups would not share evenly between the cores)
+        sch.parallel(sch.fuse(groups, i) if channels_outer else i)
     sch.vectorize(vector)
     sch.unroll(group)
     sch.unroll(col)
@@ -302,25 +302,19 @@ def _stages(sch: s_tir.Schedule) -> list:
     return [_sblock(sch, name) for name in STAGES]
 
 
-def _tile_vectors(sch: s_tir.Schedule, block, lanes: int, epilogue=None) -> None:
-    """A small product (its output, then its sum): vectors of outputs summed in registers, the ``epilogue`` on
-    each finished vector."""
-    spatial, reduction = sch.get_loops(block)
+def tile_sums(sch: s_tir.Schedule, block, lanes: int, epilogue=None) -> None:
+    """A small reduction (the pool, the squeeze, the excitation: its own loops are the output's channels, then
+    its sums) as independent adds: for each step of the sum, every vector of the output's sums gets one add, the
+    sums kept in memory (L1). A vector summed to the end before the next would wait for each add. The element-wise
+    ``epilogue``, if any, follows, vectorized."""
+    spatial, *reductions = sch.get_loops(block)[-len(sch.get(block).iter_vars):]
     groups, vector = sch.split(spatial, [None, vector_lanes(int(sch.get(spatial).extent), lanes)])
-    sch.reorder(groups, reduction, vector)
+    sch.reorder(*reductions, groups, vector)
     sch.vectorize(vector)
-    finish(sch, block, reduction, epilogue, groups)
-
-
-def tile_pool(sch: s_tir.Schedule, pool, lanes: int) -> None:
-    """The average's sums (its last three loops: channels, rows, columns), pixel by pixel, each pixel's channels
-    added vector by vector to sums kept in memory: independent adds, read in the image's order (a vector of sums
-    per channel group, added pixel after pixel, would wait for each add before the next)."""
-    c, rows, cols = sch.get_loops(pool)[-3:]
-    groups, vector = sch.split(c, [None, vector_lanes(int(sch.get(c).extent), lanes)])
-    sch.reorder(rows, cols, groups, vector)
-    sch.vectorize(vector)
-    finish(sch, pool, rows)
+    finish(sch, block, reductions[0])
+    if epilogue is not None:
+        loop = sch.get_loops(epilogue)[-1]
+        sch.vectorize(sch.split(loop, [None, vector_lanes(int(sch.get(loop).extent), lanes)])[1])
 
 
 def schedule_excitation(sch: s_tir.Schedule, lanes: int, pooled: bool = False) -> None:
@@ -330,9 +324,9 @@ def schedule_excitation(sch: s_tir.Schedule, lanes: int, pooled: bool = False) -
     image, the gate applied as the projection reads it)."""
     squeeze, squeeze_act, excite, gate, gated = (sch.get_sblock(name) for name in EXCITATION[1:])
     if not pooled:
-        tile_pool(sch, sch.get_sblock("pool"), lanes)
-    _tile_vectors(sch, squeeze, lanes, squeeze_act)
-    _tile_vectors(sch, excite, lanes, gate)
+        tile_sums(sch, sch.get_sblock("pool"), lanes)
+    tile_sums(sch, squeeze, lanes, squeeze_act)
+    tile_sums(sch, excite, lanes, gate)
     if len(sch.get_loops(gated)) == 3:  # the image gated: as the projection reads it
         sch.compute_inline(gated)
         return
@@ -468,7 +462,7 @@ def _fuse_by_channels(sch: s_tir.Schedule, channels: int, lanes: int, parts: int
     if partial is None:
         pool = sch.get_sblock("pool")
         sch.reverse_compute_at(pool, chunks, preserve_unit_loops=True)
-        tile_pool(sch, pool, lanes)
+        tile_sums(sch, pool, lanes)
         schedule_excitation(sch, lanes, pooled=True)
         few_rows = int(sch.get(sch.get_loops(project)[0]).extent) < 14  # the cores share the channels instead
         tile_pointwise(sch, project, project_act, lanes, parallel=True, channels_outer=few_rows)
