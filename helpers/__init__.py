@@ -46,8 +46,8 @@ notebooks and checks this table), and what each owns:
     bf16_model       12                            a model's convolutions in bfloat16 on that intrinsic, activations stored as bits
     amx              12                            bfloat16 and int8 products on AMX tiles (Intel Xeons), from TIR's calls of LLVM intrinsics
     dispatch         7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
-    block_fusion     7                             a MobileNetV2 block's three convolutions as one kernel, cut in bands of rows or chunks of channels
-    fused_mobilenet  7                             a whole MobileNetV2 from those kernels, channels last, as one Relax module
+    block_fusion     7                             a MobileNetV2 (or EfficientNet) block's convolutions as one kernel, cut in bands of rows or chunks of channels
+    fused_mobilenet  7                             a whole MobileNetV2 or EfficientNet from those kernels, channels last, as one Relax module
     errors           14                            the errors the course raises on bad input
     transformer      14                            a small GPT: symbolic length, buckets, decoding with a KV cache
     paged_cache      14                            TVM's paged KV cache for the small GPT

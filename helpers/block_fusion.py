@@ -17,6 +17,12 @@ The arithmetic is written once, as a tensor expression (``block_function``); the
 where each stage is computed: ``compute_at`` moves the producers into the loop over the pieces.
 Channels last (NHWC), BatchNorm folded into the weights.
 
+EfficientNet's blocks (``MBConv``) are the same three convolutions with SiLU, 5x5 filters in some, and a
+squeeze-and-excitation between the filter and the projection: a gate per channel computed from the average of
+the whole filtered image. No piece can be projected before every pixel is filtered, so there the pieces stop
+at the filter (bands expand and filter; chunks expand, filter and average), and the gates and the projection
+follow over the whole image.
+
 Introduced on Day 7.
 """
 

@@ -134,15 +134,16 @@ def fused_sentence(tables: list[dict], results: Path) -> str:
             engine = min((e for e in (peers.ORT, peers.OPENVINO, peers.FROZEN) if e in ms), key=ms.__getitem__)
             unfused = (f" (the same kernels unfused: {ms[engine] / ms[fusion_table.UNFUSED]:.2f}x)"
                        if fusion_table.UNFUSED in ms else "")
-            runs.append(f"{fusion_table.WHOLE_MODELS.get(name, name)} {ms[engine] / fused:.2f}x the speed of the "
+            runs.append(f"{fusion_table.WHOLE_MODELS.get(name, name)} runs at {ms[engine] / fused:.2f}x the speed of the "
                         f"fastest float32 engine ({engine}){unfused} and {ms[fusion_table.TUNED] / fused:.2f}x that "
                         "of tuned TVM")
         if runs:
-            clauses.append(f"{', '.join(runs)} on the {machine_name(table['machine'])}")
+            clauses.append(f"on the {machine_name(table['machine'])} {' and '.join(runs)}")
     if not clauses:
         return ""
     return (" Built instead from the course's own hand-written kernels, channels last, each block one fused kernel "
-            f"(Day 7, section 8; nothing tuned), the models run at {'; '.join(clauses)}.")
+            f"(Day 7, section 8; nothing tuned), {'; '.join(clauses)}, in one run (results/ has the spread "
+            "over runs).")
 
 
 def span(values: list[float]) -> str:

@@ -17,7 +17,7 @@ docs/maintainers.md):
 * ``bf16``: matrix products in bf16 on ``vdpbf16ps`` and in float32, tuned, against PyTorch's (``bf16_kernels``);
   ``bf16-model``: models with bf16 convolutions against OpenVINO's and PyTorch's bf16 (``bf16_model_table``).
 * ``fusion``: MobileNetV2's inverted residual blocks as three kernels and as one fused kernel, beside ONNX
-  Runtime and OpenVINO on the same block (``fusion_table``).
+  Runtime and OpenVINO on the same block; MobileNetV2 and EfficientNet-B0 whole, fused (``fusion_table``).
 * ``dispatch-run`` is ``table``'s own: tuned TVM with its convolutions on oneDNN, in a process of its own.
 """
 
@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bf16_model_cmd.add_argument("models", nargs="*", default=list(bf16_model_table.MODELS))
     bf16_model_cmd.add_argument("--repeats", type=int, default=30)
     bf16_model_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
-    fusion_cmd = sub.add_parser("fusion", help="MobileNetV2's blocks: three kernels, one fused kernel, ONNX Runtime, OpenVINO")
+    fusion_cmd = sub.add_parser("fusion", help="MobileNetV2's blocks: three kernels, one fused kernel, ONNX Runtime, OpenVINO; "
+                               "MobileNetV2 and EfficientNet-B0 fused whole")
     fusion_cmd.add_argument("--repeats", type=int, default=20)
     fusion_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     dispatch_cmd = sub.add_parser("dispatch-run", help="eager against tuned TVM + oneDNN convs, as JSON (run by table)")
