@@ -258,6 +258,14 @@ def _register_tile(pixels: int, vectors: int) -> tuple[int, int]:
                 and p * v <= ACCUMULATORS), key=lambda pv: (pv[0] * pv[1], pv[0]))
 
 
+def tile_channels(pixels: int, channels: int, lanes: int) -> int:
+    """How many output channels ``tile_pointwise``'s register tile covers on rows of ``pixels``: the group in
+    which a 1x1 convolution's weights can be stored together, so that each tile reads its weights as one
+    stream (``fused_mobilenet.pack_weight``)."""
+    width = vector_lanes(channels, lanes)
+    return width * _register_tile(pixels, channels // width)[1]
+
+
 def tile_pointwise(sch: s_tir.Schedule, conv, epilogue, lanes: int, parallel: bool = False,
                    zero_at=None, channels_outer: bool = False) -> None:
     """A 1x1 convolution's innermost loops (rows, columns, channels, reduction) tiled for registers: a tile of

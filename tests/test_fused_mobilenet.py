@@ -69,10 +69,11 @@ def test_the_rule_bands_large_images_and_chunks_small_ones():
 
 def test_the_classifier_is_packed_so_that_each_group_of_classes_is_contiguous():
     weight = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)  # 6 classes, 4 features
-    packed = fused_mobilenet.pack_classifier(weight, group=3)
+    packed = fused_mobilenet.pack_weight(weight, group=3)
     assert packed.shape == (2, 4, 3) and packed.flags["C_CONTIGUOUS"]
     assert packed[1, 2, 0] == weight[3, 2]
-    assert fused_mobilenet.classifier_group(1000, 16) == 40  # 8-wide vectors (1000 = 125 x 8), 5 at a time
+    assert fused_mobilenet.classifier_group(1000, 16) == 8  # one 8-wide vector (1000 = 125 x 8)
+    assert block_fusion.tile_channels(7, 1280, 16) == 32  # 7 pixels x 2 vectors (x 4 would be 28 sums)
 
 
 def test_anything_but_mobilenet_on_one_square_image_is_refused(model):
