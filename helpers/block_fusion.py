@@ -64,7 +64,7 @@ class BlockShape:
     expands: bool = True  # False: MobileNetV2's first block, a depthwise and a projection (hidden == c_in)
     kernel: int = 3  # the depthwise filter's height and width (EfficientNet's blocks: 3 or 5)
     activation: str = "relu6"  # after the expansion and the filter: "relu6" (MobileNetV2) or "silu" (EfficientNet)
-    squeeze: int = 0  # a squeeze-and-excitation's channels between the filter and the projection (EfficientNet); 0: none
+    squeeze: int = 0  # channels of a squeeze-and-excitation before the projection (EfficientNet's); 0: none
 
     @property
     def out_size(self) -> int:
@@ -89,14 +89,15 @@ class BlockShape:
     def __str__(self) -> str:
         expanded = f" -> {self.hidden}" if self.expands else ""
         excited = f" -> SE {self.squeeze}" if self.squeeze else ""
-        return (f"{self.c_in}x{self.size}x{self.size}{expanded} -> {self.kernel}x{self.kernel}/{self.stride}{excited} -> "
-                f"{self.c_out}x{self.out_size}x{self.out_size}")
+        return (f"{self.c_in}x{self.size}x{self.size}{expanded} -> {self.kernel}x{self.kernel}/{self.stride}"
+                f"{excited} -> {self.c_out}x{self.out_size}x{self.out_size}")
 
 
 BLOCK_KINDS = ("InvertedResidual", "MBConv")  # torchvision's MobileNetV2 and EfficientNet blocks
 
 
-def _layers(block: torch.nn.Module) -> tuple[list[tuple[torch.nn.Conv2d, torch.nn.BatchNorm2d]], torch.nn.Module | None, str]:
+def _layers(block: torch.nn.Module) -> tuple[list[tuple[torch.nn.Conv2d, torch.nn.BatchNorm2d]],
+                                             torch.nn.Module | None, str]:
     """A block's convolutions with their BatchNorms, in order (expansion if any, depthwise, projection), its
     squeeze-and-excitation (or None) and its activation's name; raises ``BlockError`` for any other module."""
     kind = type(block).__name__

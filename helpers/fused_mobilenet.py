@@ -4,9 +4,10 @@ with SiLU, 5x5 filters in some, and a squeeze-and-excitation.
 
 MobileNetV2 is 19 kernels: the stem (a 3x3 convolution that reads the NCHW image and writes channels last), the
 17 blocks (``block_fusion.schedule_fused``: no block's expanded image leaves the cache) and the head (the last
-1x1 convolution, the average pool and the classifier); EfficientNet-B0 is 18 (16 blocks). Relax calls each with ``call_tir``; the weights, BatchNorm
-folded in, are the module's parameters. Nothing is tuned: every schedule is written by hand, and each block's
-cut (``Tiling``) is either measured on this machine (``choose="measure"``) or taken from a rule (the default).
+1x1 convolution, the average pool and the classifier); EfficientNet-B0 is 18 (16 blocks). Relax calls each with
+``call_tir``; the weights, BatchNorm folded in, are the module's parameters. Nothing is tuned: every schedule is
+written by hand, and each block's cut (``Tiling``) is either measured on this machine (``choose="measure"``) or
+taken from a rule (the default).
 
 Introduced on Day 7.
 """
