@@ -24,6 +24,7 @@ from tvm import relax, s_tir, te, tirx
 from . import block_fusion, machine
 from .block_fusion import BlockShape, Tiling, activate, finish, tile_pointwise
 from .build import CompiledModel
+from .kernels import buffer_shapes
 
 LABEL = "TVM, every block fused"
 SEPARATE_LABEL = "TVM, the same kernels unfused"
@@ -33,7 +34,7 @@ MODELS = ("MobileNetV2", "EfficientNet")  # torchvision's classes this module bu
 def stem_function(size: int = 224, c_out: int = 32, activation: str = "relu6") -> tirx.PrimFunc:
     """The stem: 3x3 stride-2 convolution of the NCHW image (BatchNorm folded), ReLU6 (or SiLU), written
     channels last."""
-    out = size // 2
+    out = (size - 1) // 2 + 1  # (zero padding of one pixel: an odd size's last row and column have an output too)
     x = te.placeholder((1, 3, size, size), name="X")
     w, b = te.placeholder((3, 3, 3, c_out), name="W"), te.placeholder((c_out,), name="B")
     ci, r, s = te.reduce_axis((0, 3), "ci"), te.reduce_axis((0, 3), "r"), te.reduce_axis((0, 3), "s")
@@ -199,9 +200,10 @@ def _kernels(model: torch.nn.Module, size: int, choose, lanes: int,
     layouts), and each block's cut."""
     stem_w, stem_b = _folded(model.features[0][0], model.features[0][1])
     activation = type(model.features[0][2]).__name__.lower()  # ReLU6 or SiLU, as in the blocks
-    h = size // 2
-    calls: list[Call] = [(schedule_stem(stem_function(size, stem_w.shape[0], activation), lanes).mod["main"], 2,
-                          (h, h, stem_w.shape[0]))]
+    stem = stem_function(size, stem_w.shape[0], activation)
+    stem_out = buffer_shapes(stem)[-1]
+    h = stem_out[0]
+    calls: list[Call] = [(schedule_stem(stem, lanes).mod["main"], 2, stem_out)]
     params = [stem_w.transpose(2, 3, 1, 0), stem_b]
     tilings: dict[str, Tiling | None] = {}
     for name, block in model_blocks(model):
