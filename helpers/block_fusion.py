@@ -128,15 +128,21 @@ def block_shape(block: torch.nn.Module, size: int) -> BlockShape:
                       squeeze=excite.fc1.out_channels if excite is not None else 0)
 
 
-def mobilenet_v2_blocks(model: torch.nn.Module, size: int = 224) -> list[tuple[int, BlockShape]]:
-    """Every inverted residual block of a torchvision MobileNetV2 with an expansion: (index in ``features``,
-    its shape), for a ``size`` x ``size`` image."""
-    blocks, x = [], torch.zeros(1, 3, size, size)
+def model_blocks(model: torch.nn.Module, size: int = 224) -> list[tuple[str, torch.nn.Module, BlockShape]]:
+    """A torchvision MobileNetV2's or EfficientNet's inverted residual blocks in order, for a ``size`` x ``size``
+    image: each block's name in the model (``features[3]``; EfficientNet's come in stages: ``features[2][1]``),
+    the block, and its shape (the first block's size read from the stem run once in PyTorch, the others
+    chained from each block's ``out_size``)."""
     with torch.no_grad():
-        for i, layer in enumerate(model.features):
-            if type(layer).__name__ == "InvertedResidual" and len(layer.conv) == 4:
-                blocks.append((i, block_shape(layer, x.shape[-1])))
-            x = layer(x)
+        h = model.features[0](torch.zeros(1, 3, size, size)).shape[-1]
+    blocks = []
+    for index, layer in enumerate(model.features[1:-1], start=1):
+        named = ([(f"features[{index}]", layer)] if type(layer).__name__ in BLOCK_KINDS
+                 else [(f"features[{index}][{j}]", block) for j, block in enumerate(layer)])
+        for name, block in named:
+            shape = block_shape(block, h)
+            blocks.append((name, block, shape))
+            h = shape.out_size
     return blocks
 
 

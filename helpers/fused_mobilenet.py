@@ -139,24 +139,12 @@ def _folded(conv: torch.nn.Conv2d, bn: torch.nn.BatchNorm2d) -> tuple[np.ndarray
     return fused.weight.detach().numpy(), fused.bias.detach().numpy()
 
 
-def model_blocks(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """A MobileNetV2's or an EfficientNet's inverted residual blocks in order, each with its name in the model
-    (``features[3]``; EfficientNet's come in stages: ``features[2][1]``)."""
-    blocks = []
-    for index, layer in enumerate(model.features[1:-1], start=1):
-        if type(layer).__name__ in block_fusion.BLOCK_KINDS:
-            blocks.append((f"features[{index}]", layer))
-        else:
-            blocks += [(f"features[{index}][{j}]", block) for j, block in enumerate(layer)]
-    return blocks
-
-
 def compile_fused(model: torch.nn.Module, x: torch.Tensor,
                   choose: str | Callable[[str, BlockShape], Tiling | None] = "rule",
                   target: tvm.target.Target | None = None) -> tuple[CompiledModel, dict[str, Tiling | None]]:
     """torchvision's MobileNetV2 or EfficientNet ``model`` as the course's own kernels, for inputs shaped like
     ``x`` (batch 1): the compiled model (called like the PyTorch one, on an NCHW tensor) and each block's cut,
-    by the block's name (``model_blocks``). ``choose``: "rule" (``default_tiling``), "measure"
+    by the block's name (``block_fusion.model_blocks``). ``choose``: "rule" (``default_tiling``), "measure"
     (``block_fusion.time_tilings`` on each block, a few seconds each), "separate" (every block as its three
     kernels, the same schedules unfused: what fusion alone buys), or a function of (name, shape) giving a
     ``Tiling``, or None for three kernels."""
@@ -206,8 +194,7 @@ def _kernels(model: torch.nn.Module, size: int, choose, lanes: int,
     calls: list[Call] = [(schedule_stem(stem, lanes).mod["main"], 2, stem_out)]
     params = [stem_w.transpose(2, 3, 1, 0), stem_b]
     tilings: dict[str, Tiling | None] = {}
-    for name, block in model_blocks(model):
-        shape = block_fusion.block_shape(block, h)
+    for name, block, shape in block_fusion.model_blocks(model, size):
         tiling = tilings[name] = _cut(choose, name, block, shape, lanes, cores)
         weights = block_fusion.block_weights(block)
         kernel = (block_fusion.schedule_separate(shape, lanes) if tiling is None

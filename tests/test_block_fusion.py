@@ -136,9 +136,11 @@ def test_a_tiling_that_does_not_cut_the_block_evenly_is_refused_with_the_choices
 
 def test_mobilenets_blocks_are_read_with_their_shapes_and_anything_else_is_refused():
     model = models.load_model("mobilenet_v2", pretrained=False)
-    blocks = block_fusion.mobilenet_v2_blocks(model)
-    assert [i for i, _ in blocks] == list(range(2, 18))  # the blocks with an expansion
-    first = dict(blocks)[2]
+    blocks = block_fusion.model_blocks(model)
+    assert [name for name, _, _ in blocks] == [f"features[{i}]" for i in range(1, 18)]
+    assert [name for name, _, shape in blocks if not shape.expands] == ["features[1]"]
+    assert all(block is model.features[i + 1] for i, (_, block, _) in enumerate(blocks))
+    first = blocks[1][2]
     assert (first.size, first.c_in, first.hidden, first.c_out, first.stride, first.out_size) == (112, 16, 96, 24, 2, 56)
     assert first.expanded_mb == pytest.approx(112 * 112 * 96 * 4 / 1e6)
     no_expansion = block_fusion.block_shape(model.features[1], 112)
@@ -147,6 +149,20 @@ def test_mobilenets_blocks_are_read_with_their_shapes_and_anything_else_is_refus
     for module in (model.features[0], torch.nn.Conv2d(3, 3, 1)):
         with pytest.raises(block_fusion.BlockError, match="features"):
             block_fusion.block_shape(module, 8)
+
+
+def test_efficientnets_blocks_are_named_by_stage_and_their_sizes_follow_pytorchs_at_an_odd_size():
+    model = models.load_model("efficientnet_b0", pretrained=False).eval()
+    blocks = block_fusion.model_blocks(model, size=65)
+    assert [name for name, _, _ in blocks][:4] == ["features[1][0]", "features[2][0]", "features[2][1]", "features[3][0]"]
+    assert len(blocks) == 16 and all(shape.squeeze for _, _, shape in blocks)
+    x = torch.zeros(1, 3, 65, 65)
+    with torch.no_grad():
+        x = model.features[0](x)
+        for name, block, shape in blocks:  # each shape's input and output sizes are PyTorch's
+            assert (shape.c_in, shape.size) == (x.shape[1], x.shape[-1]), name
+            x = block(x)
+            assert (shape.c_out, shape.out_size) == (x.shape[1], x.shape[-1]), name
 
 
 def test_a_block_without_an_expansion_is_a_depthwise_and_a_projection_in_one_kernel():
@@ -197,11 +213,11 @@ def test_the_fusion_table_gives_each_blocks_ratios_and_the_totals():
         return {"median_ms": ms, "iqr_ms": ms / 20, "repeats": 20}
 
     ort_model, ov_model = peers.ORT + fusion_table.IN_MODEL, peers.OPENVINO + fusion_table.IN_MODEL
-    blocks = [{"block": 2, "shape": "a", "expanded_mb": 4.82, "tiling": "rows=4",
+    blocks = [{"block": "features[2]", "shape": "a", "expanded_mb": 4.82, "tiling": "rows=4",
                "timings": {block_fusion.SEPARATE: rec(0.8), block_fusion.FUSED: rec(0.4), peers.ORT: rec(0.6),
                            peers.OPENVINO: rec(0.5)},
                "in_model_ms": {ort_model: 0.44, ov_model: 0.3}},
-              {"block": 16, "shape": "b", "expanded_mb": 0.19, "tiling": "channels=96",
+              {"block": "features[16]", "shape": "b", "expanded_mb": 0.19, "tiling": "channels=96",
                "timings": {block_fusion.SEPARATE: rec(0.3), block_fusion.FUSED: rec(0.5), peers.ORT: rec(0.1)},
                "in_model_ms": {ort_model: 0.06}}]
     text = fusion_table.format_fusion({"blocks": blocks, "load_before": 0.1, "load_after": 0.2}, "a test machine")
@@ -232,4 +248,4 @@ def test_an_engines_blocks_are_found_in_its_profile_of_the_whole_model_by_their_
              layer_compare.ConvCall("p", (12, 4, 4, 6, 4, 4), 0.3), layer_compare.ConvCall("head", (6, 4, 4, 8, 4, 4), 2.0)]
     layers = layer_compare.EngineLayers("engine", calls, rest_ms=0.5)
     missing = block_fusion.BlockShape(size=8, c_in=4, hidden=24, c_out=6, stride=2)
-    assert fusion_table.in_model_ms(layers, [(2, shape), (3, missing)]) == {2: pytest.approx(0.6)}
+    assert fusion_table.in_model_ms(layers, [("a", shape), ("b", missing)]) == {"a": pytest.approx(0.6)}

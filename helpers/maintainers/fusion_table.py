@@ -33,17 +33,18 @@ def _same(engine_shape: tuple[int, ...], ours: tuple[int, ...]) -> bool:
     return all(e == o if k % 3 else o <= e < o + 16 for k, (e, o) in enumerate(zip(engine_shape, ours)))
 
 
-def in_model_ms(layers: layer_compare.EngineLayers, blocks: list[tuple[int, block_fusion.BlockShape]]) -> dict[int, float]:
+def in_model_ms(layers: layer_compare.EngineLayers,
+                blocks: list[tuple[str, block_fusion.BlockShape]]) -> dict[str, float]:
     """Each block's milliseconds in an engine's profile of the whole MobileNetV2: its three convolutions (with
     their epilogues), found in order by their shapes (``_same``); a block not found is left out."""
     times, calls = {}, list(layers.convs)
-    for index, shape in blocks:
+    for name, shape in blocks:
         want = [(shape.c_in, shape.size, shape.size, shape.hidden, shape.size, shape.size),
                 (shape.hidden, shape.size, shape.size, shape.hidden, shape.out_size, shape.out_size),
                 (shape.hidden, shape.out_size, shape.out_size, shape.c_out, shape.out_size, shape.out_size)]
         for start in range(len(calls) - 2):
             if all(_same(c.shape, w) for c, w in zip(calls[start:start + 3], want)):
-                times[index] = sum(c.ms for c in calls[start:start + 3])
+                times[name] = sum(c.ms for c in calls[start:start + 3])
                 calls = calls[start + 3:]
                 break
     return times
@@ -53,25 +54,25 @@ def fusion_run(repeats: int = 20) -> dict:
     """Each block's timings and its chosen cut, the engines' times for it in their whole-model profiles, and the
     whole model's comparison, as records."""
     model = models.load_model("mobilenet_v2")
-    blocks = block_fusion.mobilenet_v2_blocks(model)
+    blocks = [(name, block, shape) for name, block, shape in block_fusion.model_blocks(model) if shape.expands]
     rows = []
     load_before = load_average()
     whole = models.example_input(1)
     in_model = {}
     for engine, read in ((peers.ORT, layer_compare.onnx_runtime_layers), (peers.OPENVINO, layer_compare.openvino_layers)):
         try:
-            in_model[engine + IN_MODEL] = in_model_ms(read(model, whole, repeats=repeats), blocks)
+            in_model[engine + IN_MODEL] = in_model_ms(read(model, whole, repeats=repeats),
+                                                          [(name, shape) for name, _, shape in blocks])
         except Exception as err:  # an engine missing or failing: its column stays empty, with the reason
             print(peers.why_missing(engine, err))
-    for index, shape in blocks:
-        block = model.features[index]
-        x = torch.rand(1, shape.c_in, shape.size, shape.size, generator=torch.Generator().manual_seed(index)) * 3
+    for seed, (name, block, shape) in enumerate(blocks):
+        x = torch.rand(1, shape.c_in, shape.size, shape.size, generator=torch.Generator().manual_seed(seed)) * 3
         best = block_fusion.best_tiling(block_fusion.time_tilings(block, x, repeats=max(5, repeats // 2)))
         timings = block_fusion.compare(block, x, best, repeats=repeats)
-        rows.append({"block": index, "shape": str(shape), "expanded_mb": round(shape.expanded_mb, 2),
+        rows.append({"block": name, "shape": str(shape), "expanded_mb": round(shape.expanded_mb, 2),
                      "tiling": str(best), "timings": records(timings),
-                     "in_model_ms": {engine: ms[index] for engine, ms in in_model.items() if index in ms}})
-        print(f"features[{index}] {shape}: {best}, "
+                     "in_model_ms": {engine: ms[name] for engine, ms in in_model.items() if name in ms}})
+        print(f"{name} {shape}: {best}, "
               + ", ".join(f"{t.label} {t.median_ms:.3f} ms" for t in timings), flush=True)
     return {"model": "mobilenet_v2", "blocks": rows,
             "whole_models": {name: whole_model(name, repeats) for name in WHOLE_MODELS},
@@ -146,7 +147,7 @@ def format_fusion(result: dict, machine_summary: str) -> str:
     for row in result["blocks"]:
         times, timed = _times(row), row["timings"]
         cells = [_cell(timed[c]) if c in timed else f"{times[c] * 1000:.0f}" if c in times else "-" for c in columns]
-        lines.append(f"| features[{row['block']}] | {row['shape']} | {row['expanded_mb']} | {row['tiling']} | "
+        lines.append(f"| {row['block']} | {row['shape']} | {row['expanded_mb']} | {row['tiling']} | "
                      + " | ".join(cells) + f" | {ratios(times)} |")
     # Totals over all blocks, for each column with a time for every block.
     every = [_times(row) for row in result["blocks"]]
