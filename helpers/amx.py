@@ -406,6 +406,9 @@ def _sums_per_tile(sch: tvm.s_tir.Schedule, block, epilogue: list, groups, pixel
     """The tile's sums in a local buffer, zeroed before its products; the element-wise work after the block done on
     each finished tile before it is written (a bare convolution gets a copy-out stage instead)."""
     out = epilogue[0] if epilogue else sch.cache_write(block, 0, "global")
+    for producer in sch.get_producers(out):  # beside the sums, a residual read as bf16 bits: widened where it is read
+        if sch.get(producer).name_hint != sch.get(block).name_hint:
+            sch.compute_inline(producer)
     sch.reverse_compute_at(out, groups, preserve_unit_loops=True)
     sch.vectorize(sch.get_loops(out)[-1])
     sch.set_scope(block, 0, "local")

@@ -47,6 +47,11 @@ def round_to_bits(x: te.Tensor) -> te.Tensor:
     return te.compute(x.shape, rounded, name="to_bf16")
 
 
+def widen_bits(bits: te.Tensor) -> te.Tensor:
+    """bfloat16 bits (``uint16``) as the float32 values they are, exactly."""
+    return te.compute(bits.shape, lambda *index: bf16.widen(bits[index]), name="from_bf16")
+
+
 def pointwise_bf16_compute(A: te.Tensor, W: te.Tensor) -> te.Tensor:
     """``C[..., n] = sum_k A[..., k] * W[n, k]`` in float32 from bfloat16 bits: ``A`` an NHWC activation
     (``uint16``), ``W`` packed ``[n/16, k/2, 16, 2]`` (``bf16.pack_weight``)."""
@@ -121,19 +126,39 @@ class _ConvsToBf16(relax.PyExprMutator):
     """Replaces each float32 NHWC conv2d without groups and with a constant weight by its bf16 version (1x1 ones
     only unless ``all_convs``), and (``depthwise``) each depthwise one by a version that reads its input as bits."""
 
-    def __init__(self, mod: tvm.IRModule, depthwise: bool, all_convs: bool):
+    def __init__(self, mod: tvm.IRModule, depthwise: bool, all_convs: bool, residual_bits: bool = False):
         super().__init__(mod)
-        self.depthwise, self.all_convs = depthwise, all_convs
+        self.depthwise, self.all_convs, self.residual_bits = depthwise, all_convs, residual_bits
         self.rewritten = 0
+        self.bits: dict[relax.Expr, relax.Expr] = {}  # with residual_bits: each rounded activation's bits, once
+
+    def _round(self, x: relax.Expr) -> relax.Expr:
+        """``x`` rounded to bfloat16 bits for a convolution (with ``residual_bits``, once per activation)."""
+        if not self.residual_bits:
+            return self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        if x not in self.bits:
+            self.bits[x] = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        return self.bits[x]
+
+    def _residual_from_bits(self, call: relax.Call) -> relax.Call:
+        """A residual addition of an activation that a convolution reads as bits: the addition reads the bits
+        too, so that the activation is written once, as bits, by the kernel that computes it."""
+        if not any(arg in self.bits for arg in call.args):
+            return call
+        args = [self.builder_.emit_te(widen_bits, self.bits[arg], primfunc_name_hint="from_bf16")
+                if arg in self.bits else arg for arg in call.args]
+        return relax.op.add(*args)
 
     def _depthwise(self, x: relax.Expr, weight: np.ndarray, a) -> relax.Expr:
-        bits = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        bits = self._round(x)
         return self.builder_.emit_te(depthwise_from_bits_compute, bits, relax.const(weight, "float32"),
                                      tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
                                      primfunc_name_hint="depthwise_from_bits")
 
     def visit_call_(self, call: relax.Call) -> relax.Expr:
         call = self.visit_expr_post_order(call)
+        if self.residual_bits and isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.add":
+            return self._residual_from_bits(call)
         found = quantize.conv_with_constant_weight(call, (quantize.NHWC,))
         if found is None:
             return call
@@ -145,7 +170,7 @@ class _ConvsToBf16(relax.PyExprMutator):
         if int(a.groups) != 1 or [int(d) for d in a.dilation] != [1, 1] or weight.dtype != np.float32:
             return call
         n = weight.shape[0]
-        bits = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        bits = self._round(x)
         if weight.shape[1:3] == (1, 1) and [int(s) for s in a.strides] == [1, 1] and not any(int(p) for p in a.padding) \
                 and weight.shape[3] % bf16.PAIR == 0:
             packed = pack_conv_weight(weight)[:, 0, 0]  # [O/16, C/2, 16, 2]: bf16.pack_weight's layout of the matrix
@@ -164,15 +189,21 @@ class _ConvsToBf16(relax.PyExprMutator):
         return y
 
 
-def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all_convs: bool = True) -> ImportedModel:
+def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all_convs: bool = True,
+                  residual_bits: bool = False) -> ImportedModel:
     """``imported`` channels last with its convolutions in bfloat16 (weights bound as constants: the result takes
     the input only): every 1x1 convolution with stride 1 as a product (``pointwise_bf16_compute``) and, with
     ``all_convs``, every other one without groups (MobileNetV2's stem, ResNet's 3x3 and strided ones:
     ``conv_bf16_compute``). With ``depthwise_from_bits`` each depthwise convolution reads its input as bfloat16
     bits too, so that the rounding joins the kernel that wrote it and the largest activations cross memory at
-    half their size; it still computes in float32."""
+    half their size; it still computes in float32. With ``residual_bits`` an activation that a convolution reads
+    and a residual addition adds (a block's input) is rounded once and the addition reads it as bits too: the
+    kernel that computes it then writes it once, as bits, where it wrote float32 and a rounding kernel wrote
+    the bits (every residual stream in bfloat16, as OpenVINO keeps it). The kernels change, so only where no
+    database is needed for them: on AMX, where every convolution is scheduled by hand (``amx.schedule_products``);
+    the databases tuned without AMX hold the kernels of the float32 stream."""
     mod = quantize.to_nhwc(quantize.bind_weights(imported))
-    rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs)
+    rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs, residual_bits)
     main = rewriter.visit_expr(mod["main"])
     out = rewriter.builder_.get()
     out["main"] = main
@@ -183,11 +214,11 @@ def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all
     return ImportedModel(mod=out, params=[], input_shape=imported.input_shape, input_dtype=imported.input_dtype)
 
 
-def import_bf16(model: torch.nn.Module, example: torch.Tensor) -> ImportedModel:
+def import_bf16(model: torch.nn.Module, example: torch.Tensor, residual_bits: bool = False) -> ImportedModel:
     """``model`` imported for ``example`` with its BatchNorms folded into the convolutions
     (``quantize.fold_batch_norms``: the weights rounded to bfloat16 must hold them) and its convolutions
-    in bfloat16 (``convs_to_bf16``)."""
-    return convs_to_bf16(models.import_to_relax(quantize.fold_batch_norms(model), example))
+    in bfloat16 (``convs_to_bf16``, with ``residual_bits`` as there)."""
+    return convs_to_bf16(models.import_to_relax(quantize.fold_batch_norms(model), example), residual_bits=residual_bits)
 
 
 def is_bf16_kernel(task) -> bool:

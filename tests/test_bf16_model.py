@@ -55,6 +55,40 @@ def test_every_convolution_runs_in_bf16_and_the_model_stays_close_to_float32(sma
     assert 1e-5 < error < 2e-2, f"bf16 is {error:.3g} away from float32"  # rounded (not float32), and close
 
 
+class Residual(torch.nn.Module):
+    """A block's input read by its first convolution and added to its output: a residual stream."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
+        self.conv1, self.conv2 = torch.nn.Conv2d(16, 16, 1), torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.head = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        s = self.stem(x)
+        return self.head(torch.relu(self.conv2(torch.relu(self.conv1(s)))) + s)
+
+
+def test_a_residual_stream_in_bits_is_rounded_once_and_added_from_its_bits():
+    torch.manual_seed(0)
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    model = quantize.with_batchnorm_statistics(Residual().eval(), inputs)
+    x = inputs[0][:1]
+    with torch.no_grad():
+        want = model(x).numpy()
+    outputs = {}
+    for residual_bits in (False, True):
+        half = bf16_model.import_bf16(model, x, residual_bits=residual_bits)
+        callees = [str(call.args[0].name_hint) for call in ir.calls(half.mod, "call_tir")]
+        roundings, widenings = (sum(name.startswith(kind) for name in callees) for kind in ("to_bf16", "from_bf16"))
+        # four convolutions, each reading its input rounded; with residual_bits the addition reads the stem's bits
+        assert (roundings, widenings) == (4, 1 if residual_bits else 0)
+        outputs[residual_bits] = build.compile_model(half)(x)
+        error = build.relative_error(outputs[residual_bits], want)
+        assert 1e-5 < error < 2e-2, f"residual_bits={residual_bits}: bf16 is {error:.3g} away from float32"
+    assert not np.array_equal(outputs[False], outputs[True])  # the addition's input rounded, or not
+
+
 def test_a_strided_padded_convolution_of_bits_is_pytorchs_on_the_rounded_values():
     from tvm import te
 
