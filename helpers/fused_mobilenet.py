@@ -189,9 +189,7 @@ def _kernels(model: torch.nn.Module, size: int, choose, lanes: int,
     stem_w, stem_b = _folded(model.features[0][0], model.features[0][1])
     activation = type(model.features[0][2]).__name__.lower()  # ReLU6 or SiLU, as in the blocks
     stem = stem_function(size, stem_w.shape[0], activation)
-    stem_out = buffer_shapes(stem)[-1]
-    h = stem_out[0]
-    calls: list[Call] = [(schedule_stem(stem, lanes).mod["main"], 2, stem_out)]
+    calls: list[Call] = [(schedule_stem(stem, lanes).mod["main"], 2, buffer_shapes(stem)[-1])]
     params = [stem_w.transpose(2, 3, 1, 0), stem_b]
     tilings: dict[str, Tiling | None] = {}
     for name, block, shape in block_fusion.model_blocks(model, size):

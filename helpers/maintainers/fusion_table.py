@@ -62,7 +62,7 @@ def fusion_run(repeats: int = 20) -> dict:
     for engine, read in ((peers.ORT, layer_compare.onnx_runtime_layers), (peers.OPENVINO, layer_compare.openvino_layers)):
         try:
             in_model[engine + IN_MODEL] = in_model_ms(read(model, whole, repeats=repeats),
-                                                          [(name, shape) for name, _, shape in blocks])
+                                                      [(name, shape) for name, _, shape in blocks])
         except Exception as err:  # an engine missing or failing: its column stays empty, with the reason
             print(peers.why_missing(engine, err))
     for seed, (name, block, shape) in enumerate(blocks):
