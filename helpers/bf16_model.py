@@ -130,15 +130,16 @@ class _ConvsToBf16(relax.PyExprMutator):
         super().__init__(mod)
         self.depthwise, self.all_convs, self.residual_bits = depthwise, all_convs, residual_bits
         self.rewritten = 0
-        self.bits: dict[relax.Expr, relax.Expr] = {}  # with residual_bits: each rounded activation's bits, once
+        self.bits: dict[relax.Expr, relax.Expr] = {}  # with residual_bits: a rounded activation's bits, by activation
 
     def _round(self, x: relax.Expr) -> relax.Expr:
-        """``x`` rounded to bfloat16 bits for a convolution (with ``residual_bits``, once per activation)."""
-        if not self.residual_bits:
-            return self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
-        if x not in self.bits:
-            self.bits[x] = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
-        return self.bits[x]
+        """``x`` rounded to bfloat16 bits for a convolution, a rounding per convolution as without ``residual_bits``
+        (an activation two convolutions read, ResNet's max pool, then keeps its tuned kernel and its roundings);
+        with ``residual_bits`` the first is kept for a residual addition of ``x``."""
+        bits = self.builder_.emit_te(round_to_bits, x, primfunc_name_hint="to_bf16")
+        if self.residual_bits:
+            self.bits.setdefault(x, bits)
+        return bits
 
     def _residual_from_bits(self, call: relax.Call) -> relax.Call:
         """A residual addition of an activation that a convolution reads as bits: the addition reads the bits
@@ -197,7 +198,7 @@ def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all
     ``conv_bf16_compute``). With ``depthwise_from_bits`` each depthwise convolution reads its input as bfloat16
     bits too, so that the rounding joins the kernel that wrote it and the largest activations cross memory at
     half their size; it still computes in float32. With ``residual_bits`` an activation that a convolution reads
-    and a residual addition adds (a block's input) is rounded once and the addition reads it as bits too: the
+    and a residual addition adds (a block's input) is added from the bits the convolution reads: the
     kernel that computes it then writes it once, as bits, where it wrote float32 and a rounding kernel wrote
     the bits (every residual stream in bfloat16, as OpenVINO keeps it). The kernels change, so only where no
     database is needed for them: on AMX, where every convolution is scheduled by hand (``amx.schedule_products``);
