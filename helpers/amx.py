@@ -241,11 +241,13 @@ def _load(tile: int, buffer, offset, stride_bytes):
 
 
 @T.macro
-def _sums_in(C, sc, blocks):
-    """The ``blocks`` (1 or 2) tiles of 16 columns of sums from the local buffer ``C`` (row stride ``sc``) into tiles 0, 1."""
-    T.evaluate(_load(0, C, 0, T.Cast("int64", sc) * T.int64(4)))
+def _sums_zero(blocks):
+    """Tiles 0 (and 1, where ``blocks`` is 2) of sums set to zero. Each call of an intrinsic is a whole reduction,
+    so its sums start at zero in the tiles rather than from the local buffer, which holds only the zeros the
+    reduction's init has just written: loading them back right behind those vector stores stalled."""
+    T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(0)))
     if blocks == 2:
-        T.evaluate(_load(1, C, LANES, T.Cast("int64", sc) * T.int64(4)))
+        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilezero", T.uint8(1)))
 
 
 @T.macro
@@ -304,7 +306,8 @@ def product_intrinsic(rows: int, cols: int, k: int, kind: Kind = BF16) -> str:
     """Register (idempotent) and name the tensor intrinsic for ``rows`` x ``cols`` sums of a product over all ``k``
     values: ``C[i, j] += A[i, :] . W[j, :]``, ``A`` ``rows`` x ``k`` a row stride apart, ``W`` packed
     ``[cols/16, k/group, 16, group]`` (``bf16.pack_weight``, ``int8.pack_weight``). Its code keeps the sums in tile
-    registers across the whole reduction: ``cols`` is 16 or 32 (one or two tiles of sums), ``rows`` at most 16."""
+    registers across the whole reduction, from zero (``_sums_zero``: where it is used, ``C`` holds the zeros of
+    the reduction's init): ``cols`` is 16 or 32 (one or two tiles of sums), ``rows`` at most 16."""
     from tvm.s_tir import TensorIntrin
 
     group, k_step, size = kind.group, kind.k_step, kind.element_bytes
@@ -342,7 +345,7 @@ def product_intrinsic(rows: int, cols: int, k: int, kind: Kind = BF16) -> str:
             T.writes(C[0:rows, 0:cols])
             with T.attr(T.int32(0), "pragma_import_llvm", ir):
                 T.evaluate(T.call_extern("void", configure))
-                _sums_in(C, sc, blocks)
+                _sums_zero(blocks)
                 _products(kind.instruction, A, 0, T.Cast("int64", sa) * T.int64(size), W, 0, k * LANES, blocks, steps,
                           tail, k_step)
                 _sums_out(C, sc, blocks)
@@ -476,7 +479,7 @@ def conv_intrinsic(rows: int, cols: int, kernel: tuple[int, int], channels: int,
             T.writes(C[0:rows, 0:cols])
             with T.attr(T.int32(0), "pragma_import_llvm", ir):
                 T.evaluate(T.call_extern("void", configure))
-                _sums_in(C, sc, blocks)
+                _sums_zero(blocks)
                 if merged:  # one product per row of taps: a single step of kw * channels values
                     for ry in T.serial(kh):
                         _products(BF16.instruction, X, ry * sr, T.Cast("int64", sp) * T.int64(2 * stride), W,

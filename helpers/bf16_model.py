@@ -215,11 +215,18 @@ def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all
     return ImportedModel(mod=out, params=[], input_shape=imported.input_shape, input_dtype=imported.input_dtype)
 
 
-def import_bf16(model: torch.nn.Module, example: torch.Tensor, residual_bits: bool = False) -> ImportedModel:
+def import_bf16(model: torch.nn.Module, example: torch.Tensor, on_tiles: bool = False) -> ImportedModel:
     """``model`` imported for ``example`` with its BatchNorms folded into the convolutions
     (``quantize.fold_batch_norms``: the weights rounded to bfloat16 must hold them) and its convolutions
-    in bfloat16 (``convs_to_bf16``, with ``residual_bits`` as there)."""
-    return convs_to_bf16(models.import_to_relax(quantize.fold_batch_norms(model), example), residual_bits=residual_bits)
+    in bfloat16 (``convs_to_bf16``).
+
+    ``on_tiles`` (``amx.has_amx(target)``) says that its convolutions will be scheduled by hand on AMX tiles, so
+    that none of them needs a database's records and the build may change them: ResNet's blocks get their
+    BatchNorms folded too (``resnet_blocks``: one division per output value fewer) and the residual stream
+    crosses memory as bits (``residual_bits``). Without AMX the databases hold the kernels of the model as
+    it is without either."""
+    folded = quantize.fold_batch_norms(model, resnet_blocks=on_tiles)
+    return convs_to_bf16(models.import_to_relax(folded, example), residual_bits=on_tiles)
 
 
 def is_bf16_kernel(task) -> bool:

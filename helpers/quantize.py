@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torchvision
 import tvm
 from tvm import relax
 
@@ -84,8 +85,13 @@ def with_batchnorm_statistics(model: torch.nn.Module, inputs: Iterable[torch.Ten
     return model.eval()
 
 
-def fold_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``model`` with every ``Conv2d`` followed by a ``BatchNorm2d`` (in a ``Sequential``) fused."""
+def fold_batch_norms(model: torch.nn.Module, resnet_blocks: bool = False) -> torch.nn.Module:
+    """A copy of ``model`` with every ``Conv2d`` followed by a ``BatchNorm2d`` (in a ``Sequential``) fused.
+
+    torchvision's ResNet keeps most of its pairs as attributes instead (``conv1`` and ``bn1`` of the model and of
+    each block, ``bn1`` applied to ``conv1``'s output): ``resnet_blocks`` fuses those too. It is a choice because
+    the kernels it changes (a bias after each convolution instead of BatchNorm's four operations) are new ones to
+    a database tuned on the unfused model."""
     model = copy.deepcopy(model).eval()
     for seq in [m for m in model.modules() if isinstance(m, torch.nn.Sequential)]:
         names = list(seq._modules)
@@ -94,6 +100,14 @@ def fold_batch_norms(model: torch.nn.Module) -> torch.nn.Module:
             if isinstance(conv, torch.nn.Conv2d) and isinstance(bn, torch.nn.BatchNorm2d):
                 seq._modules[a] = torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn)
                 seq._modules[b] = torch.nn.Identity()
+    if resnet_blocks:
+        owners = (torchvision.models.ResNet, torchvision.models.resnet.BasicBlock, torchvision.models.resnet.Bottleneck)
+        for owner in [m for m in model.modules() if isinstance(m, owners)]:
+            for i in (1, 2, 3):
+                conv, bn = getattr(owner, f"conv{i}", None), getattr(owner, f"bn{i}", None)
+                if isinstance(conv, torch.nn.Conv2d) and isinstance(bn, torch.nn.BatchNorm2d):
+                    setattr(owner, f"conv{i}", torch.nn.utils.fusion.fuse_conv_bn_eval(conv, bn))
+                    setattr(owner, f"bn{i}", torch.nn.Identity())
     return model
 
 

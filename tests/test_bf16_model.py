@@ -78,7 +78,7 @@ def test_a_residual_stream_in_bits_is_rounded_once_and_added_from_its_bits():
         want = model(x).numpy()
     outputs = {}
     for residual_bits in (False, True):
-        half = bf16_model.import_bf16(model, x, residual_bits=residual_bits)
+        half = bf16_model.import_bf16(model, x, on_tiles=residual_bits)
         callees = [str(call.args[0].name_hint) for call in ir.calls(half.mod, "call_tir")]
         roundings, widenings = (sum(name.startswith(kind) for name in callees) for kind in ("to_bf16", "from_bf16"))
         # four convolutions, each reading its input rounded; with residual_bits the addition reads the stem's bits

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+import torchvision
 import tvm
 import tvm_ffi
 
@@ -62,6 +63,20 @@ def test_folding_batch_norm_keeps_the_output_and_removes_every_batch_norm(small)
     with torch.no_grad():
         assert build.relative_error(folded(x).numpy(), model(x).numpy()) < 1e-5
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+
+
+def test_resnet_blocks_batch_norms_are_folded_only_when_asked():
+    """torchvision's ResNet keeps conv1/bn1 and the rest as attributes: only ``downsample`` is a Sequential."""
+    inputs = [torch.randn(2, 3, 40, 40, generator=torch.Generator().manual_seed(s)) for s in range(2)]
+    blocks = torchvision.models.resnet.ResNet(torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], num_classes=10)
+    model = quantize.with_batchnorm_statistics(blocks.eval(), inputs)
+    count = lambda m: sum(isinstance(b, torch.nn.BatchNorm2d) for b in m.modules())
+    assert count(quantize.fold_batch_norms(model)) == count(model) - 3  # the three downsamples' only
+    folded = quantize.fold_batch_norms(model, resnet_blocks=True)
+    assert count(folded) == 0
+    x = torch.randn(1, 3, 40, 40, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert build.relative_error(folded(x).numpy(), model(x).numpy()) < 1e-5
 
 
 def test_random_weights_get_batch_norm_statistics_that_separate_inputs():

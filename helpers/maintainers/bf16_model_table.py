@@ -42,11 +42,11 @@ class Bfloat16Weights(torch.nn.Module):
 def tuned_bf16_build(name: str, target: tvm.target.Target
                      ) -> tuple[torch.nn.Module, torch.Tensor, databases.Database, CompiledModel]:
     """The float model ``name``, the input every bf16 measurement uses, and its bf16 build (``bf16_model.import_bf16``,
-    the residual streams in bf16 where AMX schedules the convolutions)
+    ``on_tiles`` where AMX schedules the convolutions: ResNet's BatchNorms folded, the residual streams in bf16)
     with the database ``databases.choose`` picks for ``target`` (none tuned if missing): (model, x, database, build)."""
     model, _ = quantize.float_model(name)
     x = models.example_input(seed=1)
-    half = bf16_model.import_bf16(model, x, residual_bits=amx.has_amx(target))
+    half = bf16_model.import_bf16(model, x, on_tiles=amx.has_amx(target))
     database = databases.choose(bf16_model.database_name(name), half, target, tune_if_missing=False)
     return model, x, database, database.compile(half, target)
 

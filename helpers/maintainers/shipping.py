@@ -60,7 +60,7 @@ def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None
     target = target or cpu_target()
     require_bf16(target)
     float_model, _ = quantize.float_model(model)
-    half = bf16_model.import_bf16(float_model, models.example_input(), residual_bits=amx.has_amx(target))
+    half = bf16_model.import_bf16(float_model, models.example_input(), on_tiles=amx.has_amx(target))
     work_dir = databases.database_dir(bf16_model.database_name(model), target)
     tuning.tune(half.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=bf16_model.space_for)
     print(f"{work_dir}: {tuning.prune_database(work_dir)} records kept (the best per kernel)")
