@@ -530,7 +530,8 @@ def tile_schedule_for(func: tvm.tirx.PrimFunc):
     """``schedule_pointwise`` for a kernel that computes ``bf16_model.pointwise_bf16_compute`` or
     ``int8.matmul_u8s8_compute`` on a 4-D activation, ``schedule_conv`` for one that computes ``conv_bf16_compute``
     (a block "C" reading an activation and a weight packed in tiles of 16 columns, with 5 or 7 loops), None for any
-    other kernel."""
+    other kernel, and for a map of one pixel (EfficientNet's squeeze-and-excitation): a product of a vector by a
+    matrix, which would fill one row of each tile; it keeps its database's schedule."""
     sch = tvm.s_tir.Schedule(func)
     try:
         block = sch.get_sblock("C")
@@ -541,6 +542,8 @@ def tile_schedule_for(func: tvm.tirx.PrimFunc):
         return None
     shapes = [[int(d) for d in r.source.shape] for r in sch.get(block).reads]
     if len(shapes[0]) != 4 or shapes[1][-2:] != [LANES, kind.group]:
+        return None
+    if shapes[0][1] * shapes[0][2] == 1:  # one pixel (a squeeze-and-excitation's): a tile would hold 1 row of 16
         return None
     loops = len(sch.get_loops(block))
     if loops == 5 and len(shapes[1]) == 4:

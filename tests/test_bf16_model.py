@@ -212,7 +212,7 @@ def test_with_amx_every_convolution_goes_onto_tiles_untuned_and_keeps_the_number
     assert build.relative_error(tuned, untuned) < 1e-5  # the same products, summed in another order
 
 
-@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50"])
+@pytest.mark.parametrize("model", ["mobilenet_v2", "resnet50", "efficientnet_b0"])
 def test_the_shipped_bf16_databases_cover_every_kernel_of_their_model(model):
     """The bf16-model benchmark and Day 12 build with them: a change to the rewrite must come with new databases."""
     target = tvm.target.Target({"kind": "llvm", "mcpu": "znver4", "num-cores": 2})

@@ -19,7 +19,7 @@ from ..build import CompiledModel, check_parity
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, require_bf16
 
 IMAGES = 32
-MODELS = ("mobilenet_v2", "resnet50")  # those with a shipped bf16 database
+MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")  # those with a shipped bf16 database
 EAGER_BF16, FROZEN_BF16, TVM_FP32, TVM_BF16 = "PyTorch eager bf16", "torch.compile (freezing) bf16", "TVM tuned", "TVM bf16 tuned"
 TVM_BF16_VDP = "TVM bf16 tuned, AMX off (vdpbf16ps)"  # on a CPU with AMX: what the tiles buy, in the same run
 PRECISION = {peers.EAGER: "f32", peers.FROZEN: "f32", peers.ORT: "f32", peers.OPENVINO: "f32", TVM_FP32: "f32",

@@ -1,7 +1,7 @@
 """Tuning the databases the course ships for Days 12 and 14 into ``tuning/``, kept to the best record per kernel.
 
     python -m helpers.maintainers.shipping int8 16 [--mcpu haswell]   # Day 12's int8 MobileNetV2, per int8 instruction
-    python -m helpers.maintainers.shipping bf16 16 [--model resnet50] # a model with its convolutions in bf16
+    python -m helpers.maintainers.shipping bf16 16 [--model resnet50] # a model with its convolutions in bf16 (--no-tiles)
     python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
     python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
     python -m helpers.maintainers.shipping paged --trials 32          # those of its decoding step over the paged cache
@@ -124,6 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     half = sub.add_parser("bf16", help="tune a model with its convolutions in bf16 for this CPU into tuning/")
     half.add_argument("trials", type=int, help="trials per kernel")
     half.add_argument("--model", default=quantize.MODEL, help="a model of models.available_models()")
+    half.add_argument("--no-tiles", action="store_true", help="on a CPU with AMX, tune with the tiles off: every kernel, "
+                      "the products on vdpbf16ps, for a database that serves CPUs without tiles where no other has them")
     prefill = sub.add_parser("prefill", help="tune a TinyGPT prefill bucket into tuning/ (Day 14)")
     prefill.add_argument("--length", type=int, default=transformer.BUCKET, help="the prefill bucket's length")
     prefill.add_argument("--trials", type=int, default=32, help="trials per task")
@@ -138,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "int8":
         tune_int8(args.trials, machine.target_for(args.mcpu))
     elif args.command == "bf16":
-        tune_bf16(args.model, args.trials)
+        tune_bf16(args.model, args.trials, amx.without_tiles(cpu_target()) if args.no_tiles else None)
     elif args.command == "prefill":
         print("tuned into", tune_bucket(args.length, args.trials))
     elif args.command == "large-prefill":
