@@ -93,12 +93,12 @@ def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
     from .. import peers  # (TVM and torch, as in answer)
     from ..maintainers import bf16_model_table as bf16_table  # (the same)
 
-    clauses, names = [], []
+    clauses = []
     for table in tables:
         path = results / f"bf16-model-{table['machine']['cpu']}-{table['machine']['cores']}cores.json"
         if not path.is_file():
             continue
-        against_openvino, against_float, products = [], [], "`vdpbf16ps`"
+        against_openvino, against_float, products, names = [], [], "`vdpbf16ps`", []
         for model in json.loads(path.read_text())["models"]:
             ms = {r["backend"]: r["median_ms"] for r in model["rows"]}
             openvino = next((b for b in ms if b.startswith(peers.OPENVINO + peers.DEFAULT_PRECISION)), None)
@@ -109,11 +109,15 @@ def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
                 against_openvino.append(ms[openvino] / ms[bf16_table.TVM_BF16])
         clauses.append(f"{span(against_float)} as fast as TVM in float32"
                        + (f" and {span(against_openvino)} the speed of OpenVINO's bf16" if against_openvino else "")
-                       + f" on the {machine_name(table['machine'])}, its products on {products}")
+                       + f" for {_listed(names)} on the {machine_name(table['machine'])}, its products on {products}")
     if not clauses:
         return ""
-    return (f" TVM's own bf16 build ({' and '.join(dict.fromkeys(names))}: every convolution but the depthwise ones in bf16)"
-            f" runs {'; '.join(clauses)}.")
+    return (f" TVM's own bf16 build (every convolution but the depthwise ones in bf16) runs {'; '.join(clauses)}.")
+
+
+def _listed(names: list[str]) -> str:
+    """``names`` as an English list: "A", "A and B", "A, B and C"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def fused_sentence(tables: list[dict], results: Path) -> str:
