@@ -77,15 +77,15 @@ def test_a_residual_stream_in_bits_is_rounded_once_and_added_from_its_bits():
     with torch.no_grad():
         want = model(x).numpy()
     outputs = {}
-    for residual_bits in (False, True):
-        half = bf16_model.import_bf16(model, x, on_tiles=residual_bits)
+    for on_tiles in (False, True):  # on tiles, the residual stream is kept in bits
+        half = bf16_model.import_bf16(model, x, on_tiles=on_tiles)
         callees = [str(call.args[0].name_hint) for call in ir.calls(half.mod, "call_tir")]
         roundings, widenings = (sum(name.startswith(kind) for name in callees) for kind in ("to_bf16", "from_bf16"))
-        # four convolutions, each reading its input rounded; with residual_bits the addition reads the stem's bits
-        assert (roundings, widenings) == (4, 1 if residual_bits else 0)
-        outputs[residual_bits] = build.compile_model(half)(x)
-        error = build.relative_error(outputs[residual_bits], want)
-        assert 1e-5 < error < 2e-2, f"residual_bits={residual_bits}: bf16 is {error:.3g} away from float32"
+        # four convolutions, each reading its input rounded; on tiles the addition reads the stem's bits
+        assert (roundings, widenings) == (4, 1 if on_tiles else 0)
+        outputs[on_tiles] = build.compile_model(half)(x)
+        error = build.relative_error(outputs[on_tiles], want)
+        assert 1e-5 < error < 2e-2, f"on_tiles={on_tiles}: bf16 is {error:.3g} away from float32"
     assert not np.array_equal(outputs[False], outputs[True])  # the addition's input rounded, or not
 
 
