@@ -371,6 +371,12 @@ def schedule_pointwise(sch: tvm.s_tir.Schedule) -> None:
     sch.tensorize(pixels, product_intrinsic(rows, cols, int(sch.get(k).extent), kind))
 
 
+def _pixels_per_tile(width: int) -> int:
+    """The output pixels along a row that one tile takes: the most, up to 16, that divide the row's ``width`` (a
+    ragged last tile would not match the intrinsic)."""
+    return max(d for d in range(1, ROWS + 1) if width % d == 0)
+
+
 def _tile_rows_and_channels(sch: tvm.s_tir.Schedule, block, epilogue: list, rows: tuple, channels, reduction: tuple):
     """What ``schedule_pointwise`` and ``schedule_conv`` share: the output's ``rows`` (batch, row, column loops) and
     ``channels`` split into tiles of up to 16 pixels (the widest that divide the width) by 32 channels (16 where 32
@@ -378,7 +384,7 @@ def _tile_rows_and_channels(sch: tvm.s_tir.Schedule, block, epilogue: list, rows
     Returns (pixels per tile, channels per tile, the loop over a tile's pixels, for the caller to tensorize)."""
     b, h, w = rows
     width, count = int(sch.get(w).extent), int(sch.get(channels).extent)
-    per_tile = max(d for d in range(1, ROWS + 1) if width % d == 0)
+    per_tile = _pixels_per_tile(width)
     cols = 2 * LANES if count % (2 * LANES) == 0 else LANES
     tiles, pixels = sch.split(w, [None, per_tile])
     groups, lanes = sch.split(channels, [None, cols])
@@ -530,8 +536,10 @@ def tile_schedule_for(func: tvm.tirx.PrimFunc):
     """``schedule_pointwise`` for a kernel that computes ``bf16_model.pointwise_bf16_compute`` or
     ``int8.matmul_u8s8_compute`` on a 4-D activation, ``schedule_conv`` for one that computes ``conv_bf16_compute``
     (a block "C" reading an activation and a weight packed in tiles of 16 columns, with 5 or 7 loops), None for any
-    other kernel, and for a map of one pixel (EfficientNet's squeeze-and-excitation): a product of a vector by a
-    matrix, which would fill one row of each tile; it keeps its database's schedule."""
+    other kernel, and for one whose tiles would take one pixel (``_pixels_per_tile``: a map of one pixel, as in
+    EfficientNet's squeeze-and-excitation, or rows whose width no number from 2 to 16 divides, such as 19): each
+    tile would fill one row of its 16, and a tile's loop of one pixel does not match the intrinsic; such a kernel
+    keeps its database's schedule."""
     sch = tvm.s_tir.Schedule(func)
     try:
         block = sch.get_sblock("C")
@@ -543,12 +551,12 @@ def tile_schedule_for(func: tvm.tirx.PrimFunc):
     shapes = [[int(d) for d in r.source.shape] for r in sch.get(block).reads]
     if len(shapes[0]) != 4 or shapes[1][-2:] != [LANES, kind.group]:
         return None
-    if shapes[0][1] * shapes[0][2] == 1:  # one pixel (a squeeze-and-excitation's): a tile would hold 1 row of 16
+    loops = sch.get_loops(block)
+    if _pixels_per_tile(int(sch.get(loops[2]).extent)) == 1:  # the output's width: tiles of one pixel
         return None
-    loops = len(sch.get_loops(block))
-    if loops == 5 and len(shapes[1]) == 4:
+    if len(loops) == 5 and len(shapes[1]) == 4:
         return schedule_pointwise
-    return schedule_conv if kind is BF16 and loops == 7 and len(shapes[1]) == 6 else None
+    return schedule_conv if kind is BF16 and len(loops) == 7 and len(shapes[1]) == 6 else None
 
 
 def schedule_products(mod: tvm.IRModule, kinds: tuple[Kind, ...] = (BF16,)) -> tvm.IRModule:

@@ -92,6 +92,7 @@ def test_only_the_bf16_pointwise_kernels_are_put_on_tiles():
     assert amx.tile_schedule_for(kernel) is amx.schedule_pointwise
     assert amx.tile_schedule_for(tvm.te.create_prim_func([tvm.te.placeholder((4,), "float32")])) is None
     assert amx.tile_schedule_for(_pointwise_kernel(1, 1, 240, 16, epilogue=True)) is None  # one pixel: left to tuning
+    assert amx.tile_schedule_for(_pointwise_kernel(3, 19, 64, 16, epilogue=True)) is None  # tiles of one pixel too
     assert amx.tile_schedule_for(_pointwise_kernel(1, 2, 240, 16, epilogue=True)) is amx.schedule_pointwise
 
 
