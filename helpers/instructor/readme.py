@@ -20,7 +20,7 @@ from .exercises import read as read_exercises
 from .grading import REPO, RELEASE, SOURCE, assignments
 
 # The benchmark tables the README answers from: the newest run of each CPU kind on the current databases.
-ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver4-2cores.json")
+ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver4-2cores.json", "benchmark-znver3-2cores.json")
 CPU_NAMES = {"znver3": "AMD Zen 3", "znver4": "AMD Zen 4", "znver5": "AMD Zen 5",
              "rocketlake": "Intel Xeon with AMX", "emeraldrapids": "Intel Xeon (5th generation)"}
 # Where LLVM's name for a reference machine would mislead a reader, said once under the table.
