@@ -128,7 +128,7 @@ def test_each_shipped_bucket_database_covers_every_kernel_of_its_bucket(length):
     """Day 14 and make benchmark build with them: a change to the model or the import must come with new databases."""
     bucket = transformer.bind_length(transformer.import_prefill(transformer.TinyGPT()), length)
     # What tune tunes: the kernels a call runs (a prepacked build's weight rewrites run once, at load, untuned).
-    tasks = tuning.extract_tasks(tuning.per_call_kernels(tuning.prepare(bucket.mod, TARGET, prepack=True)), TARGET)
+    tasks = tuning.tunable_tasks(bucket.mod, TARGET, prepack=True)
     shipped = sorted(databases.SHIPPED_ROOT.glob(f"{transformer.bucket_name(length)}-b1-*cores"))
     assert shipped, f"no database for the {length}-token bucket ships in tuning/: python -m helpers.maintainers.shipping prefill --length {length}"
     # The token embedding's lookup (take) cannot be tuned: MetaSchedule times candidates on random inputs, and

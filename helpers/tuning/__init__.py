@@ -11,7 +11,8 @@ Import it as ``from helpers import tuning``: every name below is ``tuning.<name>
   parser asks ``inspect`` for every stack frame), and the course's own int8 ones (Day 12);
 * ``progress``: the bar over the trials, and MetaSchedule's tables kept out of the notebook;
 * ``tasks``: preparing a module (legalize, fuse, prepack) and extracting its kernels (``prepare``,
-  ``extract_tasks``, ``task_table``); ``BUILD_CODE``, the files whose code shapes a tuned build;
+  ``extract_tasks``, ``task_table``; ``tunable_tasks``, the kernels ``tune`` tunes); ``BUILD_CODE``, the files
+  whose code shapes a tuned build;
 * ``settings``: the database's ``course_tuning.json``: how its kernels were prepared, and its budget;
 * ``records``: reading a database (checked, ``load_database``), pruning, copying and summarising records.
   ``MetaScheduleApplyDatabase`` looks records up by workload only: it would apply a database tuned for
@@ -43,7 +44,8 @@ from .records import (FAILED_RUN_SECS, LOG_DIR, RECORD_FILE, WORKLOAD_FILE, add_
                       database_targets, load_database, measured_records, prune_database, succeeded)
 from .search import seed_with, tune
 from .settings import SETTINGS_FILE, budget, tuned_in_quick_mode, tuned_layout, tuned_with_prepacking
-from .tasks import BUILD_CODE, extract_tasks, is_static, kernels_by_shape, per_call_kernels, prepare, task_table
+from .tasks import (BUILD_CODE, extract_tasks, is_static, kernels_by_shape, per_call_kernels, prepare, task_table,
+                    tunable_tasks)
 
 __all__ = [
     "BUILD_CODE", "BUILD_TIMEOUT_S", "FAILED_RUN_SECS", "InProcessBuilder", "LOG_DIR", "RECORD_FILE", "SETTINGS_FILE",
@@ -51,5 +53,5 @@ __all__ = [
     "database_summary", "database_targets", "extract_tasks", "import_tensor_intrinsics", "import_tvm_tensor_intrinsics",
     "is_static", "kernels_by_shape", "load_database", "measured_records", "per_call_kernels", "prepare", "progress_bar",
     "prune_database", "quiet_metaschedule", "seed_with", "succeeded", "task_table", "tune", "tuned_in_quick_mode",
-    "tuned_layout", "tuned_with_prepacking",
+    "tunable_tasks", "tuned_layout", "tuned_with_prepacking",
 ]
