@@ -1,7 +1,8 @@
 """Tuning the databases the course ships for Days 12 and 14 into ``tuning/``, kept to the best record per kernel.
 
     python -m helpers.maintainers.shipping int8 16 [--mcpu haswell]   # Day 12's int8 MobileNetV2, per int8 instruction
-    python -m helpers.maintainers.shipping bf16 16 [--model resnet50] # a model with its convolutions in bf16 (--no-tiles)
+    python -m helpers.maintainers.shipping bf16 16 [--model resnet50] # a model with its convolutions in bf16 (--no-tiles;
+                                                                      # --seed-from DIR: start from another CPU's database)
     python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
     python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
     python -m helpers.maintainers.shipping paged --trials 32          # those of its decoding step over the paged cache
@@ -54,15 +55,18 @@ def _borrow_tile_kernels(work_dir: Path, name: str, target: tvm.target.Target, k
     print(f"{tuning.add_kernels_from(work_dir, source)} kernels' records copied from {source.name}")
 
 
-def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None = None) -> Path:
+def tune_bf16(model: str, trials_per_task: int, target: tvm.target.Target | None = None,
+              seed_from: Path | None = None) -> Path:
     """Tune ``model`` with its convolutions in bf16 (``bf16_model``) for ``target`` (default: this CPU, which must
-    have AVX-512 BF16) into the shipped databases, the bf16 products in ``bf16.bf16_space``."""
+    have AVX-512 BF16) into the shipped databases, the bf16 products in ``bf16.bf16_space``; ``seed_from`` (a bf16
+    database tuned on another CPU) replays its best schedules here first, so the trials start from them."""
     target = target or cpu_target()
     require_bf16(target)
     float_model, _ = quantize.float_model(model)
     half = bf16_model.import_bf16(float_model, models.example_input(), on_tiles=amx.has_amx(target))
     work_dir = databases.database_dir(bf16_model.database_name(model), target)
-    tuning.tune(half.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=bf16_model.space_for)
+    tuning.tune(half.mod, target, work_dir, max_trials_per_task=trials_per_task, space_for=bf16_model.space_for,
+                seed_from=seed_from)
     print(f"{work_dir}: {tuning.prune_database(work_dir)} records kept (the best per kernel)")
     _borrow_tile_kernels(work_dir, bf16_model.database_name(model), target, amx.BF16)
     return work_dir
@@ -126,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     half.add_argument("--model", default=quantize.MODEL, help="a model of models.available_models()")
     half.add_argument("--no-tiles", action="store_true", help="on a CPU with AMX, tune with the tiles off: every kernel, "
                       "the products on vdpbf16ps, for a database that serves CPUs without tiles where no other has them")
+    half.add_argument("--seed-from", type=Path, default=None,
+                      help="a bf16 database of the same model tuned on another CPU (e.g. tuning/resnet50_bf16-b1-znver4-2cores): "
+                           "its best schedules are measured here first and the search starts from them")
     prefill = sub.add_parser("prefill", help="tune a TinyGPT prefill bucket into tuning/ (Day 14)")
     prefill.add_argument("--length", type=int, default=transformer.BUCKET, help="the prefill bucket's length")
     prefill.add_argument("--trials", type=int, default=32, help="trials per task")
@@ -140,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "int8":
         tune_int8(args.trials, machine.target_for(args.mcpu))
     elif args.command == "bf16":
-        tune_bf16(args.model, args.trials, amx.without_tiles(cpu_target()) if args.no_tiles else None)
+        tune_bf16(args.model, args.trials, amx.without_tiles(cpu_target()) if args.no_tiles else None, args.seed_from)
     elif args.command == "prefill":
         print("tuned into", tune_bucket(args.length, args.trials))
     elif args.command == "large-prefill":
