@@ -20,7 +20,8 @@ from .exercises import read as read_exercises
 from .grading import REPO, RELEASE, SOURCE, assignments
 
 # The benchmark tables the README answers from: the newest run of each CPU kind on the current databases.
-ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver4-2cores.json", "benchmark-znver3-2cores.json")
+ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver5-2cores.json", "benchmark-znver4-2cores.json",
+               "benchmark-znver3-2cores.json")
 CPU_NAMES = {"znver3": "AMD Zen 3", "znver4": "AMD Zen 4", "znver5": "AMD Zen 5",
              "rocketlake": "Intel Xeon with AMX", "emeraldrapids": "Intel Xeon (5th generation)"}
 # Where LLVM's name for a reference machine would mislead a reader, said once under the table.
@@ -67,7 +68,7 @@ def answer(results: Path = REPO / "results") -> str:
     low, high = min(against_pytorch), max(against_pytorch)
     verdict = "faster than" if low > 1 else "not always faster than"
     unmeasured = [machine_name(t["machine"]) for t in tables if not any(peers.OPENVINO in r for r in t["rows"])]
-    not_measured = f" OpenVINO was not measured on the {' and the '.join(unmeasured)}." if unmeasured else ""
+    not_measured = f" OpenVINO was not measured on {_listed([f'the {m}' for m in unmeasured])}." if unmeasured else ""
     lines += ["", f"Tuned TVM is {verdict} the fastest PyTorch (`torch.compile` with freezing) on every model here, "
               f"{low:.2f}x to {high:.2f}x, and {min(against_engine):.2f}x to {max(against_engine):.2f}x the speed of "
               f"the fastest float32 engine ({' or '.join(sorted(engines))}): speedup over the fastest PyTorch in bold, "
@@ -79,7 +80,7 @@ def answer(results: Path = REPO / "results") -> str:
     if lower:
         precisions = sorted({p for _, _, p, _ in lower})
         where = sorted({m for _, _, _, m in lower})
-        lines += ["", f"Not float32: on the {' and the '.join(where)} OpenVINO computes in {'/'.join(precisions)} by "
+        lines += ["", f"Not float32: on {_listed([f'the {m}' for m in where])} OpenVINO computes in {'/'.join(precisions)} by "
                   f"default, and there it runs {1 / max(r for r, *_ in lower):.2f}x to {1 / min(r for r, *_ in lower):.2f}x "
                   f"as fast as tuned TVM in float32, its outputs {min(e for _, e, *_ in lower):.0e} to "
                   f"{max(e for _, e, *_ in lower):.0e} away from float32's (relative error)."]
