@@ -1,0 +1,183 @@
+"""The register tiles of a bf16 database's products, swept (``python -m helpers.maintainers.shipping bf16-tiles``;
+issue 50).
+
+MetaSchedule's evolutionary search, at the budgets the course can afford (32-48 trials per kernel), leaves some of
+the bf16 products (``bf16.bf16_space``) with tiles that cannot stay in registers: 7 pixels x 4 channel blocks is 28
+sums, plus 4 weight vectors and a broadcast input, 33 of AVX-512's 32 registers; or with the reduction split so
+that the sums go to memory and back between its parts. Measured on a Zen 5 (results/README.md), ResNet-50's
+expanding 1x1 convolution at 56x56 ran 1.3x faster with 7 x 2 sums and its whole reduction innermost.
+
+This tries such tiles on every product in a database: each kernel's best trace replayed with another innermost
+tile (its sums and weight vectors fitting in the 32 registers, the channel reduction whole or as tuned), built
+and timed alone beside the tuned one, the fastest kept. The result is a database like any other (records are
+traces), written beside the source, with every swept kernel's record timed by this sweep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import tvm
+from tvm.s_tir import meta_schedule as ms
+
+from .. import bf16, tuning
+from ..tuning.records import RECORD_FILE, WORKLOAD_FILE, load_database, mean_secs, measured_records, workloads
+
+REGISTERS = 32  # AVX-512's vector registers
+MIN_SUMS, MAX_SUMS = 6, 24  # innermost tiles tried: enough sums to hide the instruction's latency, few enough to fit
+CANDIDATES = 12  # tiles tried per kernel, besides the tuned one (each with the reduction whole and as tuned)
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def fits(pixels: int, blocks: int) -> bool:
+    """``pixels`` x ``blocks`` sums, ``blocks`` weight vectors and one broadcast input in the registers."""
+    return MIN_SUMS <= pixels * blocks <= MAX_SUMS and pixels * blocks + blocks + 1 <= REGISTERS
+
+
+def inner_tiles(rows: int, cols: int, blocks: int, limit: int = CANDIDATES) -> list[tuple[int, int, int]]:
+    """Innermost (rows, columns, channel blocks) tiles of an output ``rows`` x ``cols`` x ``blocks`` (of 16
+    channels) that fit (``fits``), the fewest loads per product first: each step of the reduction loads
+    ``blocks`` weight vectors and broadcasts one input per pixel for ``pixels x blocks`` products."""
+    tiles = [(r, c, b) for r, c, b in itertools.product(divisors(rows), divisors(cols), divisors(blocks))
+             if fits(r * c, b) and r <= 2]
+    return sorted(tiles, key=lambda t: ((t[0] * t[1] + t[2]) / (t[0] * t[1] * t[2]), -t[0] * t[1] * t[2]))[:limit]
+
+
+def _tiles(trace: tvm.s_tir.Trace) -> tuple[list, list]:
+    """A product's tiling decisions in trace order: its four-level spatial tiles (batch, rows, columns, channel
+    blocks) and its two-level reduction tiles (the channels' pairs last)."""
+    spatial, reduction = [], []
+    for inst in trace.insts:
+        if inst.kind.name == "SamplePerfectTile":
+            (spatial if len(inst.outputs) == 4 else reduction).append(inst)
+    return spatial, reduction
+
+
+def _retile(extent: int, tuned: list[int], inner: int) -> list[int]:
+    """A four-level tile of ``extent`` with ``inner`` innermost, the outermost level (the cores' share) as close to
+    the tuned one as divides what is left."""
+    rest = extent // inner
+    outer = max(d for d in divisors(rest) if d <= max(1, tuned[0]))
+    return [outer, rest // outer, 1, inner]
+
+
+def variants(trace: tvm.s_tir.Trace) -> list[dict]:
+    """Decision changes to try on a tuned product's trace (``{instruction: decision}``), the tuned one first."""
+    spatial, reduction = _tiles(trace)
+    if len(spatial) != 4 or not reduction:
+        return []
+    decisions = {inst: [int(v) for v in trace.decisions[inst]] for inst in (*spatial, *reduction)}
+    extents = [int(np.prod(decisions[inst])) for inst in spatial]
+    channels = reduction[-1]
+    whole = [1, int(np.prod(decisions[channels]))]
+    out = [{}]
+    for rows, cols, blocks in inner_tiles(*extents[1:]):
+        change = {inst: _retile(extent, decisions[inst], inner)
+                  for inst, extent, inner in zip(spatial[1:], extents[1:], (rows, cols, blocks))}
+        out.append({**change, channels: whole})
+        if decisions[channels] != whole:
+            out.append(change)
+    return out
+
+
+def _apply(record, changes: dict) -> tvm.s_tir.Trace:
+    trace = record.trace
+    for inst, decision in changes.items():
+        trace = trace.with_decision(inst, decision, remove_postproc=False)
+    return trace
+
+
+def _arguments(record) -> list:
+    rng = np.random.default_rng(0)
+    out = []
+    for arg in record.args_info:
+        shape, dtype = [int(d) for d in arg.shape], str(arg.dtype)
+        data = (rng.integers(0x3C00, 0x3F80, size=shape).astype(np.uint16) if dtype == "uint16"
+                else rng.random(shape, dtype=np.float32).astype(dtype))
+        out.append(tvm.runtime.tensor(data, tvm.cpu()))
+    return out
+
+
+def _seconds(function, args, calls: int = 30) -> float:
+    for _ in range(5):
+        function(*args)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        function(*args)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def sweep_record(record, target: tvm.target.Target) -> tuple[tvm.s_tir.Trace, float, float, int]:
+    """The fastest of ``record``'s tile variants, timed alone here beside the tuned one, in two rounds:
+    (trace, its seconds, the tuned trace's seconds, variants built)."""
+    built = []
+    for changes in variants(record.trace):
+        trace = _apply(record, changes)
+        sch = tvm.s_tir.Schedule(record.workload.mod)
+        try:
+            trace.apply_to_schedule(sch, remove_postproc=False)
+            built.append((trace, tvm.compile(sch.mod, target=target)["main"]))
+        except Exception:  # a tile the schedule's other steps do not accept: not a candidate
+            continue
+    if not built:
+        return record.trace, float("nan"), float("nan"), 0
+    args = _arguments(record)
+    expected = None
+    timed = []
+    for trace, function in built:
+        function(*args)
+        result = args[-1].numpy()
+        if expected is None:
+            expected = result.copy()
+        elif not np.array_equal(result, expected):  # the same products in the same order: the same bits
+            continue
+        timed.append((trace, function))
+    seconds = {i: [_seconds(function, args)] for i, (_, function) in enumerate(timed)}
+    for i, (_, function) in reversed(list(enumerate(timed))):  # a second round, the other way round
+        seconds[i].append(_seconds(function, args))
+    best = min(seconds, key=lambda i: min(seconds[i]))
+    return timed[best][0], min(seconds[best]), min(seconds[0]), len(built)
+
+
+def sweep_database(source: Path, into: Path, target: tvm.target.Target) -> list[dict]:
+    """``source``'s best record per kernel, every bf16 product's swept (``sweep_record``), written to ``into``; one
+    row per swept kernel: its arguments' shapes, the tiles built, the tuned and the swept milliseconds."""
+    bf16.register_bf16_intrinsic()
+    tuning.import_tensor_intrinsics(source / RECORD_FILE)
+    if into.exists():
+        shutil.rmtree(into)
+    into.mkdir(parents=True)
+    if (source / tuning.SETTINGS_FILE).is_file():
+        shutil.copy(source / tuning.SETTINGS_FILE, into / tuning.SETTINGS_FILE)
+    out = ms.database.JSONDatabase(path_workload=str(into / WORKLOAD_FILE), path_tuning_record=str(into / RECORD_FILE))
+    rows = []
+    for workload, records in workloads(measured_records(load_database(source))):
+        record = min(records, key=mean_secs)  # the best per kernel, as a shipped database keeps
+        run_secs = record.run_secs
+        trace = record.trace
+        if any(str(a.dtype) == "uint16" and [int(d) for d in a.shape][-2:] == [bf16.LANES, bf16.PAIR]
+               for a in record.args_info):
+            trace, best, tuned, tried = sweep_record(record, target)
+            if tried:
+                rows.append({"shapes": [[int(d) for d in a.shape] for a in record.args_info], "tried": tried,
+                             "tuned_ms": round(tuned * 1e3, 4), "swept_ms": round(best * 1e3, 4)})
+                print(f"{rows[-1]['shapes'][:2]} -> {rows[-1]['shapes'][-1]}: {tried} tiles, tuned {tuned * 1e3:.3f} ms, "
+                      f"best {best * 1e3:.3f} ms", flush=True)
+                run_secs = [tvm.tirx.FloatImm("float64", best)]
+        out.commit_tuning_record(ms.database.TuningRecord(trace, out.commit_workload(workload.mod), run_secs,
+                                                         record.target, record.args_info))
+    settings = json.loads((into / tuning.SETTINGS_FILE).read_text()) if (into / tuning.SETTINGS_FILE).is_file() else {}
+    settings["register_tiles_swept"] = {"kernels": len(rows), "tiles_built": sum(r["tried"] for r in rows)}
+    (into / tuning.SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+    return rows
