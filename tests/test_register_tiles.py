@@ -71,3 +71,18 @@ def test_a_swept_database_keeps_one_record_per_kernel_and_its_schedules_compute_
     lib["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(bf16.pack_weight(w)), out)
     assert build.relative_error(out.numpy().reshape(-1, 64), expected) < 1e-5  # the same products, in another order
     assert "vdpbf16ps" in lib.mod.inspect_source("asm")
+
+
+@pytest.mark.parametrize("args, product", [
+    ([("uint16", [1, 56, 56, 64]), ("uint16", [16, 32, 16, 2]), ("float32", [1, 56, 56, 256])], True),  # bf16
+    ([("uint8", [1, 14, 14, 192]), ("int8", [4, 48, 16, 4]), ("float32", [64])], True),  # int8 on vpdpbusd
+    ([("float32", [1, 56, 56, 64]), ("float32", [1, 1, 64, 64]), ("float32", [1, 56, 56, 64])], False),
+    ([("uint16", [1, 56, 56, 64]), ("float32", [64, 3, 3, 1]), ("float32", [1, 56, 56, 64])], False),  # depthwise on bits
+])
+def test_the_kernels_swept_are_those_with_a_packed_bf16_or_int8_weight(args, product):
+    from tvm.s_tir.meta_schedule.arg_info import TensorInfo
+
+    class Record:
+        args_info = [TensorInfo(dtype, shape) for dtype, shape in args]
+
+    assert register_tiles.is_product(Record()) is product

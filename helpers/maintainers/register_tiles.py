@@ -1,8 +1,8 @@
-"""The register tiles of a bf16 database's products, swept (``python -m helpers.maintainers.shipping bf16-tiles``;
-issue 50).
+"""The register tiles of a bf16 or int8 database's products, swept (``python -m helpers.maintainers.shipping
+tiles``; issue 50).
 
 MetaSchedule's evolutionary search, at the budgets the course can afford (32-48 trials per kernel), leaves some of
-the bf16 products (``bf16.bf16_space``) with tiles that cannot stay in registers: 7 pixels x 4 channel blocks is 28
+the bf16 and int8 products (``bf16.bf16_space``, ``int8.vnni_space``) with tiles that cannot stay in registers: 7 pixels x 4 channel blocks is 28
 sums, plus 4 weight vectors and a broadcast input, 33 of AVX-512's 32 registers; or with the reduction split so
 that the sums go to memory and back between its parts. Measured on a Zen 5 (results/README.md), ResNet-50's
 expanding 1x1 convolution at 56x56 ran 1.3x faster with 7 x 2 sums and its whole reduction innermost.
@@ -26,7 +26,7 @@ import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from .. import bf16, tuning
+from .. import bf16, int8, tuning
 from ..tuning.records import RECORD_FILE, WORKLOAD_FILE, load_database, mean_secs, measured_records, workloads
 
 REGISTERS = 32  # AVX-512's vector registers
@@ -96,13 +96,28 @@ def _apply(record, changes: dict) -> tvm.s_tir.Trace:
     return trace
 
 
+# A product's packed weight: bf16 bits in 16 x 2 tiles (``bf16.pack_weight``), int8 in 16 x 4 (``int8.pack_weight``).
+PRODUCT_WEIGHTS = {("uint16", (bf16.LANES, bf16.PAIR)), ("int8", (int8.LANES, int8.GROUP))}
+
+
+def is_product(record) -> bool:
+    """A kernel with a packed bf16 or int8 weight: what ``bf16.bf16_space`` and ``int8.vnni_space`` tile."""
+    return any((str(a.dtype), tuple(int(d) for d in a.shape[-2:])) in PRODUCT_WEIGHTS
+               for a in record.args_info if len(a.shape) >= 2)
+
+
 def _arguments(record) -> list:
     rng = np.random.default_rng(0)
     out = []
     for arg in record.args_info:
         shape, dtype = [int(d) for d in arg.shape], str(arg.dtype)
-        data = (rng.integers(0x3C00, 0x3F80, size=shape).astype(np.uint16) if dtype == "uint16"
-                else rng.random(shape, dtype=np.float32).astype(dtype))
+        if dtype == "uint16":  # bf16 bits of values between 1 and 2
+            data = rng.integers(0x3C00, 0x3F80, size=shape).astype(np.uint16)
+        elif dtype in ("uint8", "int8", "int32"):
+            info = np.iinfo(dtype)
+            data = rng.integers(max(info.min, -128), min(info.max, 255) + 1, size=shape).astype(dtype)
+        else:
+            data = rng.random(shape, dtype=np.float32).astype(dtype)
         out.append(tvm.runtime.tensor(data, tvm.cpu()))
     return out
 
@@ -151,7 +166,7 @@ def sweep_record(record, target: tvm.target.Target) -> tuple[tvm.s_tir.Trace, fl
 
 
 def sweep_database(source: Path, into: Path, target: tvm.target.Target) -> list[dict]:
-    """``source``'s best record per kernel, every bf16 product's swept (``sweep_record``), written to ``into``; one
+    """``source``'s best record per kernel, every bf16 or int8 product's swept (``sweep_record``), written to ``into``; one
     row per swept kernel: its arguments' shapes, the tiles built, the tuned and the swept milliseconds."""
     bf16.register_bf16_intrinsic()
     tuning.import_tensor_intrinsics(source / RECORD_FILE)
@@ -166,8 +181,7 @@ def sweep_database(source: Path, into: Path, target: tvm.target.Target) -> list[
         record = min(records, key=mean_secs)  # the best per kernel, as a shipped database keeps
         run_secs = record.run_secs
         trace = record.trace
-        if any(str(a.dtype) == "uint16" and [int(d) for d in a.shape][-2:] == [bf16.LANES, bf16.PAIR]
-               for a in record.args_info):
+        if is_product(record):
             trace, best, tuned, tried = sweep_record(record, target)
             if tried:
                 rows.append({"shapes": [[int(d) for d in a.shape] for a in record.args_info], "tried": tried,

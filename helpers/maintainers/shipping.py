@@ -3,7 +3,7 @@
     python -m helpers.maintainers.shipping int8 16 [--mcpu haswell]   # Day 12's int8 MobileNetV2, per int8 instruction
     python -m helpers.maintainers.shipping bf16 16 [--model resnet50] # a model with its convolutions in bf16 (--no-tiles;
                                                                       # --seed-from DIR: start from another CPU's database)
-    python -m helpers.maintainers.shipping bf16-tiles DIR --into DIR2 # a bf16 database's register tiles swept (register_tiles)
+    python -m helpers.maintainers.shipping tiles DIR --into DIR2      # a bf16 or int8 database's register tiles swept
     python -m helpers.maintainers.shipping prefill --length 64 --trials 32   # a TinyGPT prefill bucket (Day 14)
     python -m helpers.maintainers.shipping decode --trials 32         # the static kernels of its decoding step
     python -m helpers.maintainers.shipping paged --trials 32          # those of its decoding step over the paged cache
@@ -134,9 +134,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     half.add_argument("--seed-from", type=Path, default=None,
                       help="a bf16 database of the same model tuned on another CPU (e.g. tuning/resnet50_bf16-b1-znver4-2cores): "
                            "its best schedules are measured here first and the search starts from them")
-    tiles = sub.add_parser("bf16-tiles", help="sweep the register tiles of a bf16 database's products on this CPU "
+    tiles = sub.add_parser("tiles", help="sweep the register tiles of a bf16 or int8 database's products on this CPU "
                            "(helpers.maintainers.register_tiles)")
-    tiles.add_argument("database", type=Path, help="a bf16 database tuned for this CPU, e.g. tuning/resnet50_bf16-b1-znver5-2cores")
+    tiles.add_argument("database", type=Path, help="a bf16 or int8 database tuned for this CPU, e.g. "
+                       "tuning/resnet50_bf16-b1-znver5-2cores")
     tiles.add_argument("--into", type=Path, required=True, help="where the swept database goes (replaced if there)")
     prefill = sub.add_parser("prefill", help="tune a TinyGPT prefill bucket into tuning/ (Day 14)")
     prefill.add_argument("--length", type=int, default=transformer.BUCKET, help="the prefill bucket's length")
@@ -153,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tune_int8(args.trials, machine.target_for(args.mcpu))
     elif args.command == "bf16":
         tune_bf16(args.model, args.trials, amx.without_tiles(cpu_target()) if args.no_tiles else None, args.seed_from)
-    elif args.command == "bf16-tiles":
-        require_bf16(cpu_target())
+    elif args.command == "tiles":
         rows = register_tiles.sweep_database(args.database, args.into, cpu_target())
         tuned, swept = sum(r["tuned_ms"] for r in rows), sum(r["swept_ms"] for r in rows)
         print(f"{args.into}: {len(rows)} products swept, alone {tuned:.3f} ms tuned -> {swept:.3f} ms swept")
