@@ -146,6 +146,14 @@ def _medians(runs: list[list[tuple[str, list, float]]]) -> list[tuple[str, list,
     return [(name, shapes, statistics.median(run[i][2] for run in runs)) for i, (name, shapes, _) in enumerate(runs[0])]
 
 
+def in_every_run(runs: list[list[tuple[str, list, float]]]) -> list[list[tuple[str, list, float]]]:
+    """The calls of an engine whose calls are named uniquely (OpenVINO's nodes) that ran in every run: OpenVINO's
+    counters mark some nodes (a reorder of the input) as run in some requests and not in others, which would leave
+    the runs with different numbers of calls (``_medians``)."""
+    every = set.intersection(*({name for name, _, _ in run} for run in runs)) if runs else set()
+    return [[call for call in run if call[0] in every] for run in runs]
+
+
 def _tvm_op(kernel: str) -> str:
     """The operator a TVM kernel is named after (``ir.op_type``), the bf16 rewrite's rounding named whole."""
     return "to_bf16" if kernel.removeprefix("fused_").startswith("to_bf16") else op_type(kernel)
@@ -231,7 +239,7 @@ def openvino_layers(model: torch.nn.Module, x: torch.Tensor, precision: str | No
 
     ran_in = openvino_precision(compiled)
     engine = OPENVINO if ran_in == "f32" else f"{OPENVINO}{DEFAULT_PRECISION}{ran_in}"
-    return _layers(engine, _medians(runs), is_conv, lambda name: name.split(":", 1)[0], OPENVINO_EPILOGUE_OPS,
+    return _layers(engine, _medians(in_every_run(runs)), is_conv, lambda name: name.split(":", 1)[0], OPENVINO_EPILOGUE_OPS,
                    OPENVINO_LAYOUT_OPS, conv)
 
 

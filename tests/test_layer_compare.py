@@ -31,6 +31,15 @@ def test_pairs_follow_the_other_engines_order_compare_channels_in_blocks_and_fal
     assert [c.name for c in ours_left] == ["odd"] and [c.name for c in theirs_left] == ["none"]
 
 
+def test_a_node_openvino_ran_in_only_some_requests_is_left_out_and_the_runs_then_line_up():
+    reorder, conv, relu = ("Reorder:input", [(1, 3, 8, 8)], 0.003), ("Convolution:c1", [(1, 3, 8, 8)], 0.02), ("Relu:r1", [], 0.001)
+    runs = [[conv, relu], [reorder, conv, relu], [conv, relu]]
+    assert layer_compare.in_every_run(runs) == [[conv, relu]] * 3
+    assert [call[0] for call in layer_compare._medians(layer_compare.in_every_run(runs))] == ["Convolution:c1", "Relu:r1"]
+    with pytest.raises(RuntimeError, match="different numbers of calls"):
+        layer_compare._medians(runs)
+
+
 def test_the_table_names_each_layer_and_puts_what_is_not_paired_in_the_rest():
     ours = layer_compare.EngineLayers("TVM tuned", [_conv((64, 56, 56, 64, 56, 56), 0.6), _conv((1, 2, 2, 1, 2, 2), 0.1)], 0.5)
     theirs = layer_compare.EngineLayers("ONNX Runtime", [_conv((64, 56, 56, 64, 56, 56), 0.4, kernel=(3, 3), groups=64)], 0.2)
