@@ -16,22 +16,21 @@ traces), written beside the source, with every swept kernel's record timed by th
 from __future__ import annotations
 
 import itertools
-import json
 import shutil
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from .. import bf16, int8, tuning
-from ..tuning.records import RECORD_FILE, WORKLOAD_FILE, load_database, mean_secs, measured_records, workloads
+from .. import bf16, int8, timing
+from ..tuning.records import copy_records, load_database, mean_secs, measured_records, workloads
+from ..tuning.settings import read_settings, save_settings
 
 REGISTERS = 32  # AVX-512's vector registers
 MIN_SUMS, MAX_SUMS = 6, 24  # innermost tiles tried: enough sums to hide the instruction's latency, few enough to fit
 CANDIDATES = 12  # tiles tried per kernel, besides the tuned one (each with the reduction whole and as tuned)
+SAMPLES, SAMPLE_MS = 15, 2.0  # each variant's timing: interleaved samples of back-to-back calls lasting that long
 
 
 def divisors(n: int) -> list[int]:
@@ -122,20 +121,10 @@ def _arguments(record) -> list:
     return out
 
 
-def _seconds(function, args, calls: int = 30) -> float:
-    for _ in range(5):
-        function(*args)
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        function(*args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def sweep_record(record, target: tvm.target.Target) -> tuple[tvm.s_tir.Trace, float, float, int]:
-    """The fastest of ``record``'s tile variants, timed alone here beside the tuned one, in two rounds:
-    (trace, its seconds, the tuned trace's seconds, variants built)."""
+    """The fastest of ``record``'s tile variants that compute the tuned one's bits, timed alone here beside it
+    (``timing.measure``, interleaved samples of back-to-back calls): (trace, its milliseconds, the tuned trace's
+    milliseconds, variants built)."""
     built = []
     for changes in variants(record.trace):
         trace = _apply(record, changes)
@@ -158,40 +147,34 @@ def sweep_record(record, target: tvm.target.Target) -> tuple[tvm.s_tir.Trace, fl
         elif not np.array_equal(result, expected):  # the same products in the same order: the same bits
             continue
         timed.append((trace, function))
-    seconds = {i: [_seconds(function, args)] for i, (_, function) in enumerate(timed)}
-    for i, (_, function) in reversed(list(enumerate(timed))):  # a second round, the other way round
-        seconds[i].append(_seconds(function, args))
-    best = min(seconds, key=lambda i: min(seconds[i]))
-    return timed[best][0], min(seconds[best]), min(seconds[0]), len(built)
+    medians = [t.median_ms for t in timing.measure(
+        {str(i): (lambda function=function: function(*args)) for i, (_, function) in enumerate(timed)},
+        repeats=SAMPLES, min_sample_ms=SAMPLE_MS)]
+    best = min(range(len(timed)), key=medians.__getitem__)
+    return timed[best][0], medians[best], medians[0], len(built)
 
 
 def sweep_database(source: Path, into: Path, target: tvm.target.Target) -> list[dict]:
-    """``source``'s best record per kernel, every bf16 or int8 product's swept (``sweep_record``), written to ``into``; one
-    row per swept kernel: its arguments' shapes, the tiles built, the tuned and the swept milliseconds."""
-    bf16.register_bf16_intrinsic()
-    tuning.import_tensor_intrinsics(source / RECORD_FILE)
-    if into.exists():
-        shutil.rmtree(into)
+    """``source``'s best record per kernel, every bf16 or int8 product's swept (``sweep_record``), written to ``into``
+    (``records.copy_records``, as ``prune_database`` writes); one row per swept kernel: its arguments' shapes, the
+    tiles built, the tuned and the swept milliseconds."""
+    db = load_database(source)  # (which registers the tensor intrinsics its records name)
+    shutil.rmtree(into, ignore_errors=True)
     into.mkdir(parents=True)
-    if (source / tuning.SETTINGS_FILE).is_file():
-        shutil.copy(source / tuning.SETTINGS_FILE, into / tuning.SETTINGS_FILE)
-    out = ms.database.JSONDatabase(path_workload=str(into / WORKLOAD_FILE), path_tuning_record=str(into / RECORD_FILE))
-    rows = []
-    for workload, records in workloads(measured_records(load_database(source))):
+    rows, kept = [], []
+    for workload, records in workloads(measured_records(db)):
         record = min(records, key=mean_secs)  # the best per kernel, as a shipped database keeps
-        run_secs = record.run_secs
-        trace = record.trace
         if is_product(record):
-            trace, best, tuned, tried = sweep_record(record, target)
+            trace, best_ms, tuned_ms, tried = sweep_record(record, target)
             if tried:
                 rows.append({"shapes": [[int(d) for d in a.shape] for a in record.args_info], "tried": tried,
-                             "tuned_ms": round(tuned * 1e3, 4), "swept_ms": round(best * 1e3, 4)})
-                print(f"{rows[-1]['shapes'][:2]} -> {rows[-1]['shapes'][-1]}: {tried} tiles, tuned {tuned * 1e3:.3f} ms, "
-                      f"best {best * 1e3:.3f} ms", flush=True)
-                run_secs = [tvm.tirx.FloatImm("float64", best)]
-        out.commit_tuning_record(ms.database.TuningRecord(trace, out.commit_workload(workload.mod), run_secs,
-                                                         record.target, record.args_info))
-    settings = json.loads((into / tuning.SETTINGS_FILE).read_text()) if (into / tuning.SETTINGS_FILE).is_file() else {}
-    settings["register_tiles_swept"] = {"kernels": len(rows), "tiles_built": sum(r["tried"] for r in rows)}
-    (into / tuning.SETTINGS_FILE).write_text(json.dumps(settings, indent=1) + "\n")
+                             "tuned_ms": round(tuned_ms, 4), "swept_ms": round(best_ms, 4)})
+                print(f"{rows[-1]['shapes'][:2]} -> {rows[-1]['shapes'][-1]}: {tried} tiles, tuned {tuned_ms:.3f} ms, "
+                      f"best {best_ms:.3f} ms", flush=True)
+                record = ms.database.TuningRecord(trace, workload, [tvm.tirx.FloatImm("float64", best_ms / 1e3)],
+                                                  record.target, record.args_info)
+        kept.append((workload, [record]))
+    copy_records(kept, ms.database.JSONDatabase(work_dir=str(into)))
+    save_settings(into, {**read_settings(source),
+                         "register_tiles_swept": {"kernels": len(rows), "tiles_built": sum(r["tried"] for r in rows)}})
     return rows
