@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from .. import block_fusion, databases, fused_mobilenet, layer_compare, machine, models, peers, timing
-from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
+from .report import UNRELIABLE_MARK, add_openvino_default, load_average, print_and_keep, records
 from ..timing import unreliable
 
 ENGINES = (block_fusion.SEPARATE, block_fusion.FUSED, peers.ORT, peers.OPENVINO)
@@ -106,12 +106,10 @@ def whole_model(name: str, repeats: int) -> dict:
     database = databases.choose(name, imported, target, tune_if_missing=False)  # (shipped: always one)
     runners[TUNED] = timing.tvm_runner(database.compile(imported, target), x)
     peers.check_against_eager(runners)
-    lower = peers.openvino_default(model, x, found.exported)  # bf16 where the CPU has it: not held to float32's tolerance
-    if lower is not None:
-        runners[lower[0]] = lower[1]
+    lower_precision = add_openvino_default(runners, model, x, found.exported)  # bf16 where the CPU has it
     timings = timing.measure_engines(runners, repeats=repeats)
     return {"timings": records(timings), "missing": found.missing,
-            "lower_precision": {} if lower is None else {lower[0]: float(lower[2])},
+            "lower_precision": lower_precision,
             "tilings": {label: {block: str(t) for block, t in cut.items()} for label, cut in tilings.items()},
             "database": database.label(), "verdict": peers.verdict(timings, candidate=FUSED_MEASURED)}
 

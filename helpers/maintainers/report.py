@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 import tvm
 
-from .. import bf16, machine, timing
+from .. import bf16, machine, peers, timing
 from ..results import results_path_here, save_record
 
 UNRELIABLE_MARK = "≈ "
@@ -17,6 +17,19 @@ UNRELIABLE_MARK = "≈ "
 def records(timings: Sequence[timing.Timing]) -> dict[str, dict]:
     """Each timing as ``{label: {"median_ms", "iqr_ms", "repeats"}}``: what a results file keeps of it."""
     return {t.label: {"median_ms": t.median_ms, "iqr_ms": t.iqr_ms, "repeats": len(t.times_ms)} for t in timings}
+
+
+def add_openvino_default(runners: dict, model, x, exported: bytes | None) -> dict[str, float]:
+    """OpenVINO at its default precision added to ``runners`` where that is not float32 (bf16 on a CPU with AVX-512
+    BF16; ``peers.openvino_default``): what a table keeps as ``lower_precision``, its label and its logits' relative
+    error against eager ({} where there is none). Added after the float32 engines' parity check: it is held to no
+    tolerance."""
+    lower = peers.openvino_default(model, x, exported)
+    if lower is None:
+        return {}
+    label, run, error = lower
+    runners[label] = run
+    return {label: float(error)}
 
 
 def require_bf16(target: tvm.target.Target) -> None:

@@ -25,7 +25,7 @@ from .. import databases, dispatch, kernels, machine, models, peers, timing, tun
 from ..build import check_parity, compile_model
 from ..peers import COMPILED, EAGER, FROZEN, OPENVINO, ORT, TUNED, UNTUNED
 from ..zoo import ZOO
-from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
+from .report import UNRELIABLE_MARK, add_openvino_default, load_average, print_and_keep, records
 
 
 # Day 13: the dense convolutions sent to PyTorch's oneDNN (helpers.dispatch), the rest tuned TVM,
@@ -57,9 +57,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     imitated = machine.is_imitated(target)
     found = peers.peers(model, x, with_onnx_runtime=not imitated)
     runners = dict(found.runners)
-    lower = None if imitated else peers.openvino_default(model, x, found.exported)  # bf16 where the CPU has it
-    if lower is not None:
-        runners[lower[0]] = lower[1]
+    lower_precision = {} if imitated else add_openvino_default(runners, model, x, found.exported)  # bf16 where the CPU has it
     untuned = compile_model(imported, target)
     check_parity(untuned, model, x)
     runners[UNTUNED] = timing.tvm_runner(untuned, x)
@@ -78,7 +76,7 @@ def benchmark_model(model_name: str, batch: int = 1, repeats: int = 20, target: 
     row = {"model": model_name, "batch": batch, "compile_s": {k: round(v, 1) for k, v in found.compile_s.items()},
            "missing": found.missing, "trials_per_task": trials, "database": label,
            "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
-           "lower_precision": {} if lower is None else {lower[0]: float(lower[2])}}
+           "lower_precision": lower_precision}
     row.update(records(timings))
     row["load_average"] = [load, load_average()]
     if TUNED in runners:
