@@ -1,5 +1,7 @@
 """Post-training int8 quantization in Relax (helpers.quantize, Day 12): real models, real builds."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -176,7 +178,8 @@ def test_the_depthwise_kernels_between_the_int8_ones_get_the_register_tiled_spac
     quantized = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
     tasks = tuning.extract_tasks(build.fuse(quantized.mod, TARGET), TARGET)
     spaces = {t.task_name: quantize.space_for(TARGET)(t) for t in tasks}
-    depthwise = [t for t in tasks if isinstance(spaces[t.task_name], type(nchwc.depthwise_nhwc_space()))]
+    depthwise = [t for t in tasks if isinstance(spaces[t.task_name], type(nchwc.depthwise_nhwc_space()))
+                 and not quantize.is_quantize_nhwc(t)]
     assert len(depthwise) == 1 and nchwc.is_depthwise_nhwc(depthwise[0]), spaces
     kernel = depthwise[0].dispatched[0]
     rng = np.random.default_rng(0)
@@ -195,6 +198,93 @@ def test_the_depthwise_kernels_between_the_int8_ones_get_the_register_tiled_spac
     assert str(params[-1].dtype) == "uint8" and len(np.unique(outputs[0])) > 10  # quantized codes, not all one value
     for scheduled in outputs[1:]:
         assert np.abs(scheduled - outputs[0]).max() <= 1
+
+
+def test_the_depthwise_convolutions_read_uint8_and_compute_the_dequantized_inputs_convolution(small):
+    """``quantize_depthwise_inputs``: the one depthwise convolution of the small model becomes a quantize (which fusion
+    joins to the expansion before it) and a kernel of bytes, its padding the zero point. Its output is the float
+    depthwise convolution of the quantized-then-dequantized input, to float32 rounding, and within the int8 model's
+    own error of the float model."""
+    model, folded, ranges, x = small
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    depthwise_ranges = quantize.calibrate(folded, inputs, which=quantize.is_depthwise)
+    assert list(depthwise_ranges) == ["depthwise.0"]
+    pointwise = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
+    both = quantize.quantize_depthwise_inputs(pointwise, depthwise_ranges)
+    before, after = ir.op_histogram(pointwise.mod), ir.op_histogram(both.mod)
+    assert before.get("nn.conv2d") == 2 and after.get("nn.conv2d") == 1  # the stem stays; the depthwise one is a kernel
+    assert after["quantize"] == before["quantize"] + 1
+    fused = tuning.extract_tasks(build.fuse(both.mod, TARGET), TARGET)
+    bytes_in = [t for t in fused if "depthwise_from_u8" in t.task_name]
+    assert len(bytes_in) == 1 and str(bytes_in[0].dispatched[0]["main"].params[0].ty.dtype) == "uint8"
+    # the expansion's kernel ends with its ReLU6 (max, min) and the depthwise input's quantize: it writes bytes
+    assert any("int8_conv1x1" in t.task_name and re.search(r"_minimum\d*_quantize\d*$", t.task_name) for t in fused)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    int8_error = build.relative_error(build.compile_model(pointwise)(x), expected)
+    assert build.relative_error(build.compile_model(both)(x), expected) < 2 * int8_error + 0.02
+
+    # the kernel alone: padding with the zero point is padding the dequantized input with 0.0
+    scale, zp = quantize.activation_params(quantize.Range(0.0, 6.0))
+    rng = np.random.default_rng(0)
+    codes = rng.integers(0, 256, (1, 7, 9, 16)).astype("uint8")
+    weight = rng.normal(size=(16, 3, 3, 1)).astype("float32")
+    X = tvm.te.placeholder(codes.shape, "uint8")
+    W = tvm.te.placeholder(weight.shape, "float32")
+    kernel = tvm.compile(tvm.te.create_prim_func([X, W, quantize.depthwise_from_uint8_compute(X, W, zp, (2, 2), (1, 1, 1, 1))]),
+                         target="llvm")
+    got = tvm.runtime.tensor(np.zeros((1, 4, 5, 16), "float32"))
+    kernel(tvm.runtime.tensor(codes), tvm.runtime.tensor(weight * scale), got)
+    got = got.numpy() - zp * (weight * scale).sum(axis=(1, 2, 3))
+    dequantized = torch.from_numpy((codes.astype("float32") - zp) * scale).permute(0, 3, 1, 2)
+    want = torch.nn.functional.conv2d(dequantized, torch.from_numpy(weight).permute(0, 3, 1, 2), stride=2, padding=1,
+                                      groups=16).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_ranges_from_another_model_are_refused_with_what_to_do(small):
+    model, folded, ranges, x = small
+    pointwise = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), ranges)
+    with pytest.raises(CourseError, match="depthwise convolutions were calibrated"):
+        quantize.quantize_depthwise_inputs(pointwise, {"a": quantize.Range(0, 6), "b": quantize.Range(0, 6)})
+
+
+def test_the_course_reads_depthwise_inputs_as_uint8_where_its_products_run_on_vnni():
+    assert quantize.uint8_depthwise(tvm.target.Target({"kind": "llvm", "mcpu": "znver5"}))
+    assert quantize.uint8_depthwise(tvm.target.Target({"kind": "llvm", "mcpu": "icelake-server"}))
+    assert not quantize.uint8_depthwise(tvm.target.Target({"kind": "llvm", "mcpu": "haswell"}))
+
+
+def test_a_quantize_left_apart_gets_its_own_schedule_and_keeps_every_code():
+    """A residual stream's quantize (its float32 also read by an addition, so fusion leaves it alone): only it gets
+    ``quantize_nhwc_space``, and ``schedule_quantize_nhwc`` writes the unscheduled kernel's codes, for channel counts
+    that do and do not fill a vector."""
+    from tvm import relax
+
+    for channels in (24, 32):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType([1, 8, 8, channels], "float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                q = bb.emit(relax.op.quantize(x, relax.const(np.full(channels, 0.05, "float32")),
+                                              relax.const(np.full(channels, 7, "int32")), axis=3, out_dtype="uint8"))
+                out = bb.emit_output(q)
+            bb.emit_func_output(out)
+        tasks = tuning.extract_tasks(build.fuse(bb.get(), TARGET), TARGET)
+        assert len(tasks) == 1 and quantize.is_quantize_nhwc(tasks[0])
+        assert type(quantize.space_for(TARGET)(tasks[0])) is type(quantize.quantize_nhwc_space())
+        kernel = tasks[0].dispatched[0]
+        sch = tvm.s_tir.Schedule(kernel)
+        quantize.schedule_quantize_nhwc(sch)
+        data = np.random.default_rng(channels).normal(0, 3, (1, 8, 8, channels)).astype("float32")
+        codes = []
+        for mod in (kernel, sch.mod):
+            out = tvm.runtime.tensor(np.zeros(data.shape, "uint8"))
+            tvm.compile(mod, target=TARGET)(tvm.runtime.tensor(data), tvm.runtime.tensor(np.full(channels, 0.05, "float32")),
+                                            tvm.runtime.tensor(np.full(channels, 7, "int32")), out)
+            codes.append(out.numpy())
+        np.testing.assert_array_equal(codes[0], codes[1])
+        assert len(np.unique(codes[0])) > 50
 
 
 class _Int8Task:  # what space_for reads of an extracted task; the kernel is made when a test asks for it
