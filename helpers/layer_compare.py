@@ -18,6 +18,12 @@ OpenVINO is read from its own per-node counters (``openvino_layers``), at float3
 precision (bf16 on a CPU with AVX-512 BF16, against TVM's bf16 build: ``bf16_model``, whose kernels run
 channels last); it fuses a convolution's activation and residual add into it, as TVM does.
 
+int8 builds compare the same way (``tvm_layers(..., channels_last=True)`` for Day 12's int8 MobileNetV2, which
+runs channels last throughout): ONNX Runtime's and OpenVINO's int8 are the model quantized by ONNX Runtime's
+``quantize_static`` (``quantize.onnx_int8``), read from the quantized model's bytes (``onnx_model=``). A
+convolution's requantizing (TVM's ``dequantize`` and ``quantize``, ONNX Runtime's ``QLinearAdd``) counts as part
+of it; the model's first quantize and last dequantize are the rest.
+
 PyTorch with Inductor's freezing, the fastest PyTorch, is read the same way (``frozen_pytorch_layers``,
 ``torch.profiler``): one oneDNN call per convolution, BatchNorm folded into its weights and the
 activation and a residual add fused in. It is the one peer on a CPU class imitated on a larger CPU,
@@ -39,8 +45,8 @@ import torch
 
 from .build import CompiledModel
 from .ir import op_type
-from .peers import (DEFAULT_PRECISION, FROZEN, OPENVINO, ORT, onnx_export, onnx_runtime_session, openvino_compiled,
-                    openvino_precision)
+from .peers import (DEFAULT_PRECISION, FROZEN, OPENVINO, ORT, onnx_export, onnx_runtime_session, onnx_session,
+                    openvino_compiled, openvino_precision)
 from .profiling import BUILTIN_PREFIX, ordered_calls
 
 
@@ -87,18 +93,26 @@ def _nchw(shape: Sequence[int], channels_last: bool = False) -> tuple[int, int, 
 
 
 # TVM's kernels that compute a convolution: Relax's conv2d, and the bf16 rewrite's (Day 12), which run channels last.
-TVM_CONV_KERNELS = ("conv2d", "bf16_conv", "depthwise_from_bits")
+# Day 12's int8 1x1 convolutions are matrix products named ``int8_conv1x1``, its depthwise ones of uint8 inputs
+# ``depthwise_from_u8`` (``quantize``).
+TVM_CONV_KERNELS = ("conv2d", "bf16_conv", "depthwise_from_bits", "int8_conv1x1", "depthwise_from_u8")
 CHANNELS_LAST_KERNELS = ("bf16_conv", "depthwise_from_bits")
 # Calls that finish a convolution's output element by element: counted as part of the convolution
 # (``to_bf16``: the bf16 rewrite's rounding of an output a convolution reads next, where it is a kernel of its own).
-TVM_EPILOGUE_OPS = {"add", "multiply", "subtract", "divide", "sigmoid", "fast_sigmoid", "relu", "clip", "silu", "tanh", "to_bf16"}
-ORT_EPILOGUE_OPS = {"Add", "Mul", "Sub", "Div", "Sigmoid", "QuickGelu", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sum"}
+TVM_EPILOGUE_OPS = {"add", "multiply", "subtract", "divide", "sigmoid", "fast_sigmoid", "relu", "clip", "silu", "tanh", "to_bf16",
+                    "maximum", "minimum", "quantize", "dequantize", "strided_slice"}
+ORT_EPILOGUE_OPS = {"Add", "Mul", "Sub", "Div", "Sigmoid", "QuickGelu", "Relu", "Clip", "HardSigmoid", "HardSwish", "Sum",
+                    "QLinearAdd"}
 # Calls that only change a tensor's layout: "the rest", but they do not end a convolution's epilogue.
 TVM_LAYOUT_OPS = {"layout_transform"}
-ORT_LAYOUT_OPS = {"ReorderInput", "ReorderOutput", "Reshape", "Transpose"}
+ORT_LAYOUT_OPS = {"ReorderInput", "ReorderOutput", "Reshape", "Transpose", "QuantizeLinear", "DequantizeLinear"}
+# ONNX Runtime's convolutions: float32 ``Conv`` (its weight the second input) and int8 ``QLinearConv`` (the fourth:
+# x, x's scale and zero point, then w), which it runs channels last.
+ORT_CONV_WEIGHT = {"Conv": 1, "QLinearConv": 3}
 # OpenVINO fuses a convolution's activation, BatchNorm and residual add into it (those nodes do not run);
-# what it runs apart is an ``Eltwise`` node, and a ``Reorder`` changes a tensor's layout or precision.
-OPENVINO_EPILOGUE_OPS = {"Eltwise", "Add", "Multiply", "Subtract", "Divide", "Clamp", "Sigmoid", "Swish", "Relu"}
+# what it runs apart is an ``Eltwise`` node or a ``Subgraph`` of element-wise ops it compiled together (an int8
+# model's requantizing), and a ``Reorder`` changes a tensor's layout or precision.
+OPENVINO_EPILOGUE_OPS = {"Eltwise", "Subgraph", "Add", "Multiply", "Subtract", "Divide", "Clamp", "Sigmoid", "Swish", "Relu"}
 OPENVINO_LAYOUT_OPS = {"Reorder", "Reshape", "Transpose"}
 # Channel blocks: ONNX Runtime pads a layer's channels to its block (8 or 16), TVM keeps them.
 CHANNEL_BLOCK = 16
@@ -159,10 +173,13 @@ def _tvm_op(kernel: str) -> str:
     return "to_bf16" if kernel.removeprefix("fused_").startswith("to_bf16") else op_type(kernel)
 
 
-def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5, engine: str = "TVM tuned") -> EngineLayers:
+def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5, engine: str = "TVM tuned",
+               channels_last: bool = False) -> EngineLayers:
     """Tuned TVM's calls, each convolution (a kernel named after ``conv2d``, or one of the bf16 rewrite's,
     channels last) read from its first argument (the data) and its last (the output), medians of
-    ``repeats`` runs after one warm-up; ``engine`` names the build in the tables."""
+    ``repeats`` runs after one warm-up; ``engine`` names the build in the tables. ``channels_last``: a build
+    whose convolutions all run channels last (Day 12's int8 MobileNetV2), their kernel size and groups read
+    from their weights (``OHWI``; an ``int8_conv1x1`` is a 1x1 convolution)."""
     on_device = compiled.to_device(x)
     compiled.run_on_device(on_device)
     calls = [c for c in _medians([ordered_calls(compiled, on_device) for _ in range(repeats)])
@@ -173,18 +190,28 @@ def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5, engin
                 and len(tensors[-1]) in (4, 5))
 
     def conv(name: str, shapes: list, ms: float) -> ConvCall:
-        tensors, last = _tensors(shapes), any(op in name for op in CHANNELS_LAST_KERNELS)
-        return ConvCall(name, (*_nchw(tensors[0], last), *_nchw(tensors[-1], last)), ms)
+        tensors = _tensors(shapes)
+        last = channels_last or any(op in name for op in CHANNELS_LAST_KERNELS)
+        data, out = _nchw(tensors[0], last), _nchw(tensors[-1], last)
+        kernel = groups = None
+        if channels_last and "int8_conv1x1" in name:
+            kernel, groups = (1, 1), 1
+        elif channels_last and len(tensors[1]) == 4:  # OHWI
+            kernel, groups = tuple(tensors[1][1:3]), data[0] // tensors[1][3]
+        return ConvCall(name, (*data, *out), ms, kernel=kernel, groups=groups)
 
     return _layers(engine, calls, is_conv, _tvm_op, TVM_EPILOGUE_OPS, TVM_LAYOUT_OPS, conv)
 
 
-def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 5) -> EngineLayers:
+def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 5, onnx_model: bytes | None = None,
+                        engine: str = ORT) -> EngineLayers:
     """ONNX Runtime's nodes as its profiler timed them (the course's session, ``peers.onnx_session``,
     profiling on), medians of ``repeats`` runs after one warm-up; a ``Conv`` node's weight
-    gives its kernel size and groups."""
+    gives its kernel size and groups. ``onnx_model``: the ONNX model to run (an int8 one,
+    ``quantize.onnx_int8``), ``model``'s export without it; ``engine`` names it in the tables."""
     with tempfile.TemporaryDirectory() as tmp:
-        session = onnx_runtime_session(model, x, profile_prefix=str(Path(tmp) / "ort"))
+        prefix = str(Path(tmp) / "ort")
+        session = onnx_runtime_session(model, x, prefix) if onnx_model is None else onnx_session(onnx_model, prefix)
         feed = {session.get_inputs()[0].name: x.numpy()}
         for _ in range(repeats + 1):
             session.run(None, feed)
@@ -199,21 +226,39 @@ def onnx_runtime_layers(model: torch.nn.Module, x: torch.Tensor, repeats: int = 
             shapes += [tuple(next(iter(d.values()))) for d in e["args"].get("output_type_shape", [])]
             run.append((f"{e['args'].get('op_name', '?')}:{e['name'].removesuffix('_kernel_time')}", shapes, e["dur"] / 1000.0))
         runs.append(run)
-    def conv(name: str, shapes: list, ms: float) -> ConvCall:
-        weight = shapes[1]
-        return ConvCall(name, (*_nchw(shapes[0]), *_nchw(shapes[-1])), ms, kernel=(weight[2], weight[3]),
-                        groups=shapes[0][1] // weight[1])
 
-    return _layers(ORT, _medians(runs), lambda name, shapes: name.startswith("Conv:") and len(shapes) >= 3 and len(shapes[1]) == 4,
-                   lambda name: name.split(":", 1)[0], ORT_EPILOGUE_OPS, ORT_LAYOUT_OPS, conv)
+    def is_conv(name: str, shapes: list) -> bool:
+        op = name.split(":", 1)[0]
+        if op == "Conv":
+            return len(shapes) >= 3 and len(shapes[1]) == 4
+        return op in ORT_CONV_WEIGHT and len(shapes) >= 3 and len(shapes[0]) == 4 and len(shapes[-1]) == 4
+
+    return _layers(engine, _medians(runs), is_conv, lambda name: name.split(":", 1)[0], ORT_EPILOGUE_OPS,
+                   ORT_LAYOUT_OPS, _ort_conv)
+
+
+def _ort_conv(name: str, shapes: list, ms: float) -> ConvCall:
+    """One of ONNX Runtime's convolution nodes as a ``ConvCall``: its kernel size and groups from its weight where the
+    profiler gives the weight's shape (an int8 node's prepacked weight has none), channels last where its output is."""
+    weight = shapes[ORT_CONV_WEIGHT[name.split(":", 1)[0]]]
+    if len(weight) == 4:
+        last = False
+        kernel, groups = (weight[2], weight[3]), _nchw(shapes[0])[0] // weight[1]
+    else:  # QLinearConv: C out from its per-channel scales or its bias, the only vectors among its inputs
+        c_out = next((s[0] for s in shapes[1:-1] if len(s) == 1 and s[0] > 1), None)
+        last = c_out is not None and shapes[-1][3] == c_out != shapes[-1][1]
+        kernel = groups = None
+    return ConvCall(name, (*_nchw(shapes[0], last), *_nchw(shapes[-1], last)), ms, kernel=kernel, groups=groups)
 
 
 def openvino_layers(model: torch.nn.Module, x: torch.Tensor, precision: str | None = "f32", repeats: int = 5,
-                    exported: bytes | None = None) -> EngineLayers:
+                    exported: bytes | None = None, engine: str | None = None) -> EngineLayers:
     """OpenVINO's nodes as its own counters timed them (the course's set-up, ``peers.openvino_compiled``, at
     ``precision``; None: its default on this CPU, bf16 where the CPU has it), medians of ``repeats`` runs
     after one warm-up; each node's shapes are read from the graph OpenVINO runs (a convolution's weight
-    gives its kernel size and groups). ``exported``: the model's ONNX export, made here without it."""
+    gives its kernel size and groups). ``exported``: the model's ONNX export, made here without it (or the model
+    to run in its place: an int8 one, ``quantize.onnx_int8``); ``engine`` names it in the tables (default: OpenVINO
+    and the precision it ran at)."""
     compiled = openvino_compiled(onnx_export(model, x) if exported is None else exported, precision, profile=True)
     shapes = {}
     for op in compiled.get_runtime_model().get_ordered_ops():
@@ -238,7 +283,7 @@ def openvino_layers(model: torch.nn.Module, x: torch.Tensor, precision: str | No
         return ConvCall(name, (*_nchw(shapes[0]), *_nchw(shapes[-1])), ms, kernel=tuple(kernel), groups=groups)
 
     ran_in = openvino_precision(compiled)
-    engine = OPENVINO if ran_in == "f32" else f"{OPENVINO}{DEFAULT_PRECISION}{ran_in}"
+    engine = engine or (OPENVINO if ran_in == "f32" else f"{OPENVINO}{DEFAULT_PRECISION}{ran_in}")
     return _layers(engine, _medians(in_every_run(runs)), is_conv, lambda name: name.split(":", 1)[0], OPENVINO_EPILOGUE_OPS,
                    OPENVINO_LAYOUT_OPS, conv)
 
@@ -340,12 +385,12 @@ def pair(ours: Sequence[ConvCall], theirs: Sequence[ConvCall]) -> tuple[list[tup
 
 def table(ours: EngineLayers, theirs: EngineLayers):
     """One row per paired convolution, in the other engine's order: what it computes (as the other
-    engine names it), both times and ours / theirs (above 1: ours slower); then one row for the rest.
+    engine names it, or ours where only ours knows its kernel size), both times and ours / theirs (above 1: ours slower); then one row for the rest.
     A pandas DataFrame; the unpaired convolutions' times go to the rest of their engine."""
     import pandas as pd
 
     pairs, our_left, their_left = pair(ours.convs, theirs.convs)
-    rows = [{"layer": i, "convolution": t.describe(), f"{ours.engine} ms": o.ms, f"{theirs.engine} ms": t.ms,
+    rows = [{"layer": i, "convolution": (t if t.kernel or not o.kernel else o).describe(), f"{ours.engine} ms": o.ms, f"{theirs.engine} ms": t.ms,
              "ratio": o.ms / t.ms if t.ms > 0 else float("nan")} for i, (o, t) in enumerate(pairs)]
     rest_ours = ours.rest_ms + sum(c.ms for c in our_left)
     rest_theirs = theirs.rest_ms + sum(c.ms for c in their_left)

@@ -142,3 +142,35 @@ def test_openvino_and_tvms_bf16_build_profile_the_same_convolutions():
     assert len(pairs) == 5 and not ours_left and not theirs_left
     assert all(c.ms > 0 for c in ours.convs + theirs.convs)
     assert list(layer_compare.table(ours, theirs).columns[2:4]) == ["TVM bf16 ms", f"{OPENVINO} ms"]
+
+
+def test_tvms_int8_build_and_the_engines_int8_profile_the_same_convolutions():
+    """Day 12's int8 rewrite (channels last, its 1x1 convolutions int8 matrix products, its depthwise one reading
+    uint8; built untuned: names and
+    shapes are what the table reads, on any CPU) against the same model quantized by ONNX Runtime's tool, run by
+    ONNX Runtime (its int8 convolutions channels last, their weights prepacked: no kernel size) and by OpenVINO:
+    every convolution pairs, each read as NCHW, and the table names each one's kernel from the side that knows it."""
+    from helpers import build, models, quantize
+    from test_quantize import Pointwise
+
+    inputs = [torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    model = quantize.with_batchnorm_statistics(Pointwise().eval(), inputs)
+    folded = quantize.fold_batch_norms(model)
+    x = torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(9))
+    quantized = quantize.quantize_pointwise_convs(models.import_to_relax(folded, x), quantize.calibrate(folded, inputs))
+    quantized = quantize.quantize_depthwise_inputs(quantized, quantize.calibrate(folded, inputs, which=quantize.is_depthwise))
+    ours = layer_compare.tvm_layers(build.compile_model(quantized), x, repeats=3, engine="TVM int8", channels_last=True)
+    expected = [((3, 12, 12, 16, 12, 12), (3, 3), 1), ((16, 12, 12, 32, 12, 12), (1, 1), 1),
+                ((32, 12, 12, 32, 12, 12), (3, 3), 32), ((32, 12, 12, 24, 12, 12), (1, 1), 1), ((16, 12, 12, 24, 12, 12), (1, 1), 1)]
+    # (an output of 24 channels may be written padded to the instruction's 16 lanes, 32, and sliced after)
+    assert sorted((c.shape[:3], c.kernel, c.groups) for c in ours.convs) == sorted((e[0][:3], *e[1:]) for e in expected)
+    onnx_int8 = quantize.onnx_int8(model, inputs, example=x)
+    ort = layer_compare.onnx_runtime_layers(model, x, 3, onnx_int8, engine=quantize.ORT_INT8)
+    openvino = layer_compare.openvino_layers(model, x, "f32", 3, onnx_int8, engine=quantize.OPENVINO_INT8)
+    assert sorted(c.shape for c in ort.convs) == sorted(c.shape for c in openvino.convs) == sorted(e[0] for e in expected)
+    for theirs in (ort, openvino):
+        pairs, ours_left, theirs_left = layer_compare.pair(ours.convs, theirs.convs)
+        assert len(pairs) == 5 and not ours_left and not theirs_left, theirs.engine
+        frame = layer_compare.table(ours, theirs)
+        assert frame.columns[3] == f"{theirs.engine} ms"
+        assert sorted(layer_compare.by_kind(frame)["kind"]) == ["1x1 conv", "depthwise", "other conv", "the rest"]

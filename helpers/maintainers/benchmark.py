@@ -10,7 +10,8 @@ docs/maintainers.md):
   the table in ``results/`` (``table``); ``compare MODEL DIR...`` times tuned TVM built with each of
   several databases beside the peers.
 * ``layers MODEL``: tuned TVM's convolutions against the fastest PyTorch's, ONNX Runtime's and OpenVINO's
-  (``layers``); ``--bf16``: TVM's bf16 build against OpenVINO's default (bf16 where the CPU has it).
+  (``layers``); ``--bf16``: TVM's bf16 build against OpenVINO's default (bf16 where the CPU has it); ``--int8``:
+  Day 12's int8 MobileNetV2 against ONNX Runtime's and OpenVINO's int8 (``layers mobilenet_v2 --int8``).
 * ``int8`` (Day 12, ``int8_table``) and ``transformer`` (Day 14, ``transformer_table``); ``transformer-large``
   decodes with a transformer of GPT-2 small's sizes, in tokens per second and against its memory floor
   (``transformer_large``).
@@ -28,7 +29,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import machine, models, peers
+from .. import machine, models, peers, quantize
 from ..zoo import ZOO
 from . import bf16_kernels, bf16_model_table, fusion_table, int8_table, layers, stages, table, transformer_large, transformer_table
 
@@ -62,7 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     layers_cmd.add_argument("--repeats", type=int, default=10)
     layers_cmd.add_argument("--no-save", action="store_true", help="print only; keep results/ as it is")
     layers_cmd.add_argument("--mcpu", default=None, help="build for a CPU class this one can run (AVX2: haswell, or znver3 on an AMD CPU)")
-    layers_cmd.add_argument("--bf16", action="store_true", help="TVM's bf16 build against OpenVINO's default (bf16 here) instead")
+    precision = layers_cmd.add_mutually_exclusive_group()
+    precision.add_argument("--bf16", action="store_true", help="TVM's bf16 build against OpenVINO's default (bf16 here) instead")
+    precision.add_argument("--int8", action="store_true",
+                           help="Day 12's int8 MobileNetV2 against ONNX Runtime's and OpenVINO's int8 instead")
     table_cmd = sub.add_parser("table", help="eager, torch.compile (plain and frozen), ONNX Runtime, TVM untuned and tuned, side by side")
     table_cmd.add_argument("models", nargs="*", help=f"torchvision model names (default: {' '.join(ZOO)})")
     table_cmd.add_argument("--batch", type=int, default=1)
@@ -111,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     elif args.command == "layers":
         if args.bf16:
             layers.compare_bf16_layers(args.model, args.repeats, save=not args.no_save)
+        elif args.int8:
+            if args.model != quantize.MODEL:
+                parser.error(f"--int8 compares Day 12's int8 model, {quantize.MODEL}: run `layers {quantize.MODEL} --int8`")
+            layers.compare_int8_layers(args.repeats, save=not args.no_save)
         else:
             layers.compare_layers(args.model, args.batch, args.repeats, args.mcpu, save=not args.no_save)
     elif args.command == "int8":

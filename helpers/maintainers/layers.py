@@ -1,13 +1,14 @@
 """Tuned TVM's convolutions against the other engines', layer by layer
-(``python -m helpers.maintainers.benchmark layers [--bf16]``): where a model's gap to each is."""
+(``python -m helpers.maintainers.benchmark layers [--bf16 | --int8]``): where a model's gap to each is."""
 
 from __future__ import annotations
 
-from .. import bf16_model, databases, layer_compare, machine, models, peers, timing
+from .. import bf16_model, databases, layer_compare, machine, models, peers, quantize, timing
 from ..build import check_parity
 from ..peers import FROZEN, OPENVINO, ORT
 from ..results import results_path_here, save_record
 from .bf16_model_table import TVM_BF16, tuned_bf16_build
+from .int8_table import TVM_INT8
 from .report import require_bf16
 
 
@@ -46,6 +47,37 @@ def compare_bf16_layers(model_name: str, repeats: int = 10, save: bool = True) -
     print(f"{model_name} in bf16, batch 1, TVM with {database.label()}, on {machine.cpu_name()}; end to end, "
           f"the same process: " + ", ".join(f"{label} {ms:.2f} ms" for label, ms in end_to_end.items()))
     _report(tables, f"layers-{bf16_model.database_name(model_name)}", target, save, model=model_name, batch=1,
+            database=database.label(), end_to_end_ms=end_to_end)
+    return tables
+
+
+def compare_int8_layers(repeats: int = 10, save: bool = True) -> dict:
+    """Day 12's int8 MobileNetV2 in TVM (its shipped database) against ONNX Runtime's and OpenVINO's int8 (the model
+    quantized by ONNX Runtime's ``quantize_static`` on the same calibration images: ``quantize.onnx_int8``), layer by
+    layer, batch 1: where TVM's int8 loses to the engines' own. TVM quantizes the 1x1 convolutions only; the others
+    every convolution, so their depthwise layers are int8 too. Prints it and (``save``) keeps it in
+    results/layers-mobilenet_v2_int8-<cpu>-<cores>cores.json."""
+    target = machine.cpu_target()
+    float_model, quantized, _ = quantize.quantized_model(target=target)
+    x = models.example_input(seed=1)
+    database = databases.choose(quantize.database_model(target), quantized, target, tune_if_missing=False)
+    compiled = database.compile(quantized, target)
+    onnx_int8 = quantize.onnx_int8(float_model, quantize.calibration_inputs())
+    engines, missing = quantize.onnx_int8_engines(onnx_int8)
+    runners = {TVM_INT8: timing.tvm_runner(compiled, x), **{label: (lambda run=run: run(x)) for label, run in engines.items()}}
+    end_to_end = {t.label: round(t.median_ms, 3) for t in timing.measure_engines(runners, warmup=3, repeats=max(repeats, 20))}
+    ours = layer_compare.tvm_layers(compiled, x, repeats, engine=TVM_INT8, channels_last=True)
+    theirs = []  # OpenVINO before ONNX Runtime, whose threads spin after its runs (``layer_compare.against_peers``)
+    if quantize.OPENVINO_INT8 in engines:
+        theirs.append(layer_compare.openvino_layers(float_model, x, "f32", repeats, onnx_int8, engine=quantize.OPENVINO_INT8))
+    if quantize.ORT_INT8 in engines:
+        theirs.append(layer_compare.onnx_runtime_layers(float_model, x, repeats, onnx_int8, engine=quantize.ORT_INT8))
+    tables = {other.engine: layer_compare.table(ours, other) for other in theirs}
+    print(f"{quantize.MODEL} in int8, batch 1, TVM with {database.label()}, on {machine.cpu_name()}; end to end, "
+          f"the same process: " + ", ".join(f"{label} {ms:.2f} ms" for label, ms in end_to_end.items()))
+    for label, why in missing.items():
+        print(f"{label}: not compared ({why})")
+    _report(tables, f"layers-{quantize.database_model(target)}", target, save, model=quantize.MODEL, batch=1,
             database=database.label(), end_to_end_ms=end_to_end)
     return tables
 
