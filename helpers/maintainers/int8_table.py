@@ -51,7 +51,7 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
             "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
             "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()}, "missing": onnx_missing,
             "int8_instruction": int8.int8_instruction(target), "activation_max": int8.activation_max(target),
-            "tiles": amx.has_amx(target, amx.INT8),
+            "tiles": amx.has_amx(target, amx.INT8), "uint8_depthwise": quantize.uint8_depthwise(target),
             "threads": {"TVM": kernels.threads(), "PyTorch": torch.get_num_threads()},
             "load_average": [load, load_average()]}
 
@@ -70,7 +70,9 @@ def format_int8(result: dict, machine_summary: str) -> str:
               "ONNX Runtime int8 and OpenVINO int8: the model's ONNX export quantized by ONNX Runtime's quantize_static "
               "(QDQ, per-channel int8 weights, uint8 activations from min/max ranges, the same calibration images; "
               "quantize.onnx_int8), run by each engine with float32 for the rest. TVM's int8 quantizes the pointwise "
-              "convolutions only; the others every convolution and the classifier. "
+              "convolutions" + (" and reads the depthwise ones' inputs as uint8 (they compute in float32)"
+                                if result.get("uint8_depthwise") else " only") +
+              "; the others every convolution and the classifier. "
               f"Agreement on {result['held_out_images']} held-out "
               f"inputs (seeded noise, not images); median relative error of the logits: {errors}.",
               f"Databases: int8 {result['databases']['int8']}; fp32 {result['databases']['fp32']}."]
