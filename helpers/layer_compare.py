@@ -179,7 +179,8 @@ def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5, engin
     channels last) read from its first argument (the data) and its last (the output), medians of
     ``repeats`` runs after one warm-up; ``engine`` names the build in the tables. ``channels_last``: a build
     whose convolutions all run channels last (Day 12's int8 MobileNetV2), their kernel size and groups read
-    from their weights (``OHWI``; an ``int8_conv1x1`` is a 1x1 convolution)."""
+    from their weights (``OHWI``, or ``[kh, kw, C]`` for a depthwise one of uint8; an ``int8_conv1x1`` is a 1x1
+    convolution)."""
     on_device = compiled.to_device(x)
     compiled.run_on_device(on_device)
     calls = [c for c in _medians([ordered_calls(compiled, on_device) for _ in range(repeats)])
@@ -198,6 +199,8 @@ def tvm_layers(compiled: CompiledModel, x: torch.Tensor, repeats: int = 5, engin
             kernel, groups = (1, 1), 1
         elif channels_last and len(tensors[1]) == 4:  # OHWI
             kernel, groups = tuple(tensors[1][1:3]), data[0] // tensors[1][3]
+        elif channels_last and len(tensors[1]) == 3:  # a depthwise weight channels last, [kh, kw, C]
+            kernel, groups = tuple(tensors[1][:2]), tensors[1][2]
         return ConvCall(name, (*data, *out), ms, kernel=kernel, groups=groups)
 
     return _layers(engine, calls, is_conv, _tvm_op, TVM_EPILOGUE_OPS, TVM_LAYOUT_OPS, conv)

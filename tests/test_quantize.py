@@ -228,16 +228,16 @@ def test_the_depthwise_convolutions_read_uint8_and_compute_the_dequantized_input
     scale, zp = quantize.activation_params(quantize.Range(0.0, 6.0))
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 256, (1, 7, 9, 16)).astype("uint8")
-    weight = rng.normal(size=(16, 3, 3, 1)).astype("float32")
+    weight = rng.normal(size=(3, 3, 16)).astype("float32")  # [kh, kw, C]
     X = tvm.te.placeholder(codes.shape, "uint8")
     W = tvm.te.placeholder(weight.shape, "float32")
     kernel = tvm.compile(tvm.te.create_prim_func([X, W, quantize.depthwise_from_uint8_compute(X, W, zp, (2, 2), (1, 1, 1, 1))]),
                          target="llvm")
     got = tvm.runtime.tensor(np.zeros((1, 4, 5, 16), "float32"))
     kernel(tvm.runtime.tensor(codes), tvm.runtime.tensor(weight * scale), got)
-    got = got.numpy() - zp * (weight * scale).sum(axis=(1, 2, 3))
+    got = got.numpy() - zp * (weight * scale).sum(axis=(0, 1))
     dequantized = torch.from_numpy((codes.astype("float32") - zp) * scale).permute(0, 3, 1, 2)
-    want = torch.nn.functional.conv2d(dequantized, torch.from_numpy(weight).permute(0, 3, 1, 2), stride=2, padding=1,
+    want = torch.nn.functional.conv2d(dequantized, torch.from_numpy(weight).permute(2, 0, 1)[:, None], stride=2, padding=1,
                                       groups=16).permute(0, 2, 3, 1).numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
