@@ -192,6 +192,9 @@ def test_a_blocked_database_takes_the_plain_kernels_that_a_dispatched_build_leav
     assert settings["layout"] == "NCHW8c"
     assert settings["kernels_from"] == [{"database": plain.name, "layout": "NCHW", "trials_per_task": 1, "kernels": added}]
     assert tuning.add_kernels_from(blocked, plain) == 0, "a kernel it has already is not copied again"
+    settings = json.loads((blocked / tuning.SETTINGS_FILE).read_text())
+    assert settings["kernels_from"] == [{"database": plain.name, "layout": "NCHW", "trials_per_task": 1, "kernels": added}], (
+        "one entry per source database, whatever the number of copies")
     database = databases.Database(blocked, databases.YOURS, "here", 2, 1, transferred=False)
     compiled = dispatch.compile_dispatched(imported, target, database=database, prepack=True)
     with torch.no_grad():

@@ -198,7 +198,8 @@ def add_kernels_from(work_dir: str | Path, source: str | Path) -> int:
     that a build with its convolutions dispatched to oneDNN (Day 13) leaves in TVM: pooling, the
     classifier, the element-wise work between two library calls. The NCHW database tuned on the same
     CPU has them. Both must be prepared alike (with or without prepacking), or the kernels never match.
-    The copy is recorded in ``course_tuning.json`` (``kernels_from``), with the source's layout and budget.
+    The copy is recorded in ``course_tuning.json`` (``kernels_from``), with the source's layout and budget (one entry
+    per source: copying from it again adds to its count and records its budget now).
     """
     work_dir, source = Path(work_dir), Path(source)
     if source.resolve() == work_dir.resolve():
@@ -212,9 +213,15 @@ def add_kernels_from(work_dir: str | Path, source: str | Path) -> int:
     added = copy_records([(w, [min(group, key=mean_secs)]) for w, group in workloads(measured_records(theirs))
                           if not into.has_workload(w.mod)], into)
     settings = read_settings(work_dir)
-    settings.setdefault("kernels_from", []).append(
-        {"database": source.name, "layout": tuned_layout(source), "trials_per_task": budget(source), "kernels": added}
-    )
+    copies = settings.setdefault("kernels_from", [])
+    earlier = next((c for c in copies if c["database"] == source.name), None)  # a second copy from it: one entry
+    if earlier is not None:
+        copies.remove(earlier)
+        added_in_all = earlier["kernels"] + added
+    else:
+        added_in_all = added
+    copies.append({"database": source.name, "layout": tuned_layout(source), "trials_per_task": budget(source),
+                   "kernels": added_in_all})
     save_settings(work_dir, settings)
     return added
 
