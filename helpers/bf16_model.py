@@ -205,13 +205,10 @@ def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all
     the databases tuned without AMX hold the kernels of the float32 stream."""
     mod = quantize.to_nhwc(quantize.bind_weights(imported))
     rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs, residual_bits)
-    main = rewriter.visit_expr(mod["main"])
-    out = rewriter.builder_.get()
-    out["main"] = main
+    out = quantize.rewrite_main(rewriter, mod)
     if not rewriter.rewritten:
         raise CourseError("This model has no convolution to run in bfloat16: none without groups (with all_convs=False, "
                           "none 1x1 with stride 1).")
-    out = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(out)))
     return ImportedModel(mod=out, params=[], input_shape=imported.input_shape, input_dtype=imported.input_dtype)
 
 

@@ -285,6 +285,15 @@ def to_nhwc(mod: tvm.IRModule) -> tvm.IRModule:
     return relax.transform.FoldConstant()(mod)
 
 
+def rewrite_main(rewriter: relax.PyExprMutator, mod: tvm.IRModule) -> tvm.IRModule:
+    """``mod`` with its ``main`` visited by ``rewriter`` (a course rewrite: ``_PointwiseToInt8``, ``_DepthwiseFromUint8``,
+    ``bf16_model``'s) and tidied: bindings normalized and folded, what no longer feeds the output removed."""
+    main = rewriter.visit_expr(mod["main"])
+    out = rewriter.builder_.get()
+    out["main"] = main
+    return relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(out)))
+
+
 def quantize_pointwise_convs(imported: ImportedModel, ranges: dict[str, Range], nhwc: bool = True,
                              target: tvm.target.Target | None = None) -> ImportedModel:
     """``imported`` with every pointwise convolution in int8, calibrated by ``ranges`` (``calibrate``).
@@ -300,13 +309,10 @@ def quantize_pointwise_convs(imported: ImportedModel, ranges: dict[str, Range], 
     if nhwc:
         mod = to_nhwc(mod)
     rewriter = _PointwiseToInt8(mod, [activation_params(r, top) for r in ranges.values()], top)
-    main = rewriter.visit_expr(mod["main"])
-    out = rewriter.builder_.get()
-    out["main"] = main
+    out = rewrite_main(rewriter, mod)
     if rewriter.rewritten != len(ranges):
         raise CourseError(f"{len(ranges)} pointwise convolutions were calibrated but the module has "
                           f"{rewriter.rewritten}: calibrate the same model that was imported.")
-    out = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(out)))
     return ImportedModel(mod=out, params=[], input_shape=imported.input_shape, input_dtype=imported.input_dtype)
 
 
@@ -376,14 +382,11 @@ def quantize_depthwise_inputs(int8_model: ImportedModel, ranges: dict[str, Range
     end of the kernel that writes the input (an expansion's), which then writes a byte per value instead of four;
     the depthwise kernel widens each byte to float32 and computes as before, the scale folded into its weights."""
     rewriter = _DepthwiseFromUint8(int8_model.mod, [activation_params(r) for r in ranges.values()])
-    main = rewriter.visit_expr(int8_model.mod["main"])
-    out = rewriter.builder_.get()
-    out["main"] = main
+    out = rewrite_main(rewriter, int8_model.mod)
     if rewriter.rewritten != len(ranges):
         raise CourseError(f"{len(ranges)} depthwise convolutions were calibrated but the module has "
                           f"{rewriter.rewritten} in NHWC: calibrate the model that was imported, and pass the module "
                           "quantize_pointwise_convs made (channels last).")
-    out = relax.transform.DeadCodeElimination()(relax.transform.CanonicalizeBindings()(relax.transform.Normalize()(out)))
     return replace(int8_model, mod=out)
 
 
