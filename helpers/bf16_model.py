@@ -111,13 +111,14 @@ def conv_bf16_compute(X: te.Tensor, W: te.Tensor, strides: tuple[int, int], padd
 def depthwise_from_bits_compute(X: te.Tensor, W: te.Tensor, strides: tuple[int, int],
                                 padding: tuple[int, int, int, int]) -> te.Tensor:
     """A depthwise NHWC convolution in float32 of an activation stored as bfloat16 bits (``uint16``): each input
-    read once at half float32's size, widened exactly; ``W`` float32 ``[C, kh, kw, 1]`` (OHWI)."""
-    kh, kw = int(W.shape[1]), int(W.shape[2])
+    read once at half float32's size, widened exactly; ``W`` float32 ``[kh, kw, C]``, channels last like the
+    activation (``quantize.depthwise_from_uint8_compute``'s layout: a vector of channels' weights is one load)."""
+    kh, kw = int(W.shape[0]), int(W.shape[1])
     padded = _pad_bits(X, padding)
     out_h, out_w = (int(padded.shape[1]) - kh) // strides[0] + 1, (int(padded.shape[2]) - kw) // strides[1] + 1
     ry, rx = te.reduce_axis((0, kh), name="ry"), te.reduce_axis((0, kw), name="rx")
     return te.compute((int(X.shape[0]), out_h, out_w, int(X.shape[3])), lambda b, i, j, k: te.sum(
-        bf16.widen(padded[b, i * strides[0] + ry, j * strides[1] + rx, k]) * W[k, ry, rx, 0], axis=[ry, rx]),
+        bf16.widen(padded[b, i * strides[0] + ry, j * strides[1] + rx, k]) * W[ry, rx, k], axis=[ry, rx]),
         name="depthwise")
 
 
@@ -152,6 +153,7 @@ class _ConvsToBf16(relax.PyExprMutator):
 
     def _depthwise(self, x: relax.Expr, weight: np.ndarray, a) -> relax.Expr:
         bits = self._round(x)
+        weight = quantize.depthwise_weight_channels_last(weight)
         return self.builder_.emit_te(depthwise_from_bits_compute, bits, relax.const(weight, "float32"),
                                      tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
                                      primfunc_name_hint="depthwise_from_bits")

@@ -323,6 +323,12 @@ def uint8_depthwise(target: tvm.target.Target) -> bool:
     return int8.int8_instruction(target) == "vnni"
 
 
+def depthwise_weight_channels_last(weight: np.ndarray) -> np.ndarray:
+    """A depthwise convolution's OHWI weight ``[C, kh, kw, 1]`` as ``[kh, kw, C]`` float32, the layout the course's
+    depthwise kernels of bytes and of bfloat16 bits read (a tap's weights for a vector of channels in one load)."""
+    return np.ascontiguousarray(weight[:, :, :, 0].transpose(1, 2, 0), dtype="float32")
+
+
 def depthwise_from_uint8_compute(X: te.Tensor, W: te.Tensor, zero_point: int, strides: tuple[int, int],
                                  padding: tuple[int, int, int, int]) -> te.Tensor:
     """A depthwise NHWC convolution in float32 of a uint8 activation: ``W`` float32 ``[kh, kw, C]``, channels last like
@@ -368,8 +374,8 @@ class _DepthwiseFromUint8(relax.PyExprMutator):
         scale, zp = self.params[self.rewritten - 1]
         xq = self.builder_.emit(relax.op.quantize(x, relax.const(np.full(c, scale, "float32")),
                                                   relax.const(np.full(c, zp, "int32")), axis=3, out_dtype="uint8"))
-        scaled = (weight[:, :, :, 0] * scale).transpose(1, 2, 0).astype("float32")  # OHWI -> [kh, kw, C]
-        y = self.builder_.emit_te(depthwise_from_uint8_compute, xq, relax.const(np.ascontiguousarray(scaled), "float32"), zp,
+        scaled = depthwise_weight_channels_last(weight * np.float32(scale))
+        y = self.builder_.emit_te(depthwise_from_uint8_compute, xq, relax.const(scaled, "float32"), zp,
                                   tuple(int(s) for s in a.strides), tuple(int(p) for p in a.padding),
                                   primfunc_name_hint="depthwise_from_u8")
         zero = (-zp * scaled.sum(axis=(0, 1))).reshape(1, 1, 1, c).astype("float32")

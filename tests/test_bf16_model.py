@@ -113,11 +113,12 @@ def test_a_depthwise_convolution_of_bits_is_pytorchs_on_the_rounded_input(stride
 
     rng = np.random.default_rng(3)
     x, w = rng.normal(size=(1, 9, 7, 16)).astype(np.float32), rng.normal(size=(16, 3, 3, 1)).astype(np.float32)
-    X, W = te.placeholder(x.shape, "uint16", name="X"), te.placeholder(w.shape, "float32", name="W")
+    channels_last = quantize.depthwise_weight_channels_last(w)  # [kh, kw, C], as the rewrite passes it
+    X, W = te.placeholder(x.shape, "uint16", name="X"), te.placeholder(channels_last.shape, "float32", name="W")
     out = bf16_model.depthwise_from_bits_compute(X, W, strides, padding)
     lib = tvm.compile(te.create_prim_func([X, W, out]), target=TARGET)
     got = tvm.runtime.tensor(np.zeros([int(d) for d in out.shape], np.float32))
-    lib(tvm.runtime.tensor(bf16.to_bits(x)), tvm.runtime.tensor(w), got)
+    lib(tvm.runtime.tensor(bf16.to_bits(x)), tvm.runtime.tensor(channels_last), got)
     top, left, bottom, right = padding
     rounded = torch.from_numpy(bf16.from_bits(bf16.to_bits(x))).permute(0, 3, 1, 2)
     want = torch.nn.functional.conv2d(torch.nn.functional.pad(rounded, (left, right, top, bottom)),
@@ -156,7 +157,7 @@ def test_the_depthwise_schedule_keeps_the_kernels_numbers_whatever_tiles_it_samp
 
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(1, 15, 10, 48)).astype(ml_dtypes.bfloat16).view(np.uint16)
-    w, bias = rng.normal(size=(48, 3, 3, 1)).astype(np.float32), rng.normal(size=(48,)).astype(np.float32)
+    w, bias = rng.normal(size=(3, 3, 48)).astype(np.float32), rng.normal(size=(48,)).astype(np.float32)
     X, W, B = te.placeholder(x.shape, "uint16", "X"), te.placeholder(w.shape, "float32", "W"), te.placeholder((48,), "float32", "B")
     conv = bf16_model.depthwise_from_bits_compute(X, W, (1, 1), (1, 1, 1, 1))
     zero, six = tvm.tirx.const(0.0, "float32"), tvm.tirx.const(6.0, "float32")
