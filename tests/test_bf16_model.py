@@ -126,6 +126,44 @@ def test_a_depthwise_convolution_of_bits_is_pytorchs_on_the_rounded_input(stride
     np.testing.assert_allclose(got.numpy(), want.permute(0, 2, 3, 1).numpy(), rtol=1e-5, atol=1e-5)
 
 
+class SqueezeExcite(torch.nn.Module):
+    """A convolution, then EfficientNet's squeeze-and-excite: each channel's mean over the positions scales it."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.squeeze, self.excite = torch.nn.Conv2d(16, 4, 1), torch.nn.Conv2d(4, 16, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return y * torch.sigmoid(self.excite(torch.relu(self.squeeze(y.mean((2, 3), keepdim=True)))))
+
+
+@pytest.mark.parametrize("size, as_product", [(12, True), (3, False)])  # 144 or 9 positions, 16 channels
+def test_a_mean_over_more_positions_than_channels_becomes_a_product_and_the_model_keeps_its_numbers(size, as_product):
+    torch.manual_seed(0)
+    model = SqueezeExcite().eval()
+    x = torch.randn(1, 3, size, size, generator=torch.Generator().manual_seed(5))
+    half = bf16_model.import_bf16(model, x)
+    callees = [str(call.args[0].name_hint) for call in ir.calls(half.mod, "call_tir")]
+    assert (ir.op_histogram(half.mod)["mean"], "mean_as_product" in callees) == ((0, True) if as_product else (1, False))
+    with torch.no_grad():
+        want = model(x).numpy()
+    error = build.relative_error(build.compile_model(half)(x), want)
+    assert 1e-5 < error < 2e-2, f"bf16 is {error:.3g} away from float32"
+
+
+def test_the_mean_as_a_product_is_numpys_mean():
+    from tvm import te
+
+    x = np.random.default_rng(6).normal(loc=0.5, size=(1, 20, 13, 24)).astype(np.float32)
+    X, S = te.placeholder(x.shape, "float32", name="X"), te.placeholder((20, 13), "float32", name="S")
+    lib = tvm.compile(te.create_prim_func([X, S, bf16_model.spatial_mean_product_compute(X, S)]), target=TARGET)
+    got = tvm.runtime.tensor(np.zeros((1, 1, 1, 24), np.float32))
+    lib(tvm.runtime.tensor(x), tvm.runtime.tensor(np.full((20, 13), 1 / 260, np.float32)), got)
+    np.testing.assert_allclose(got.numpy(), x.mean(axis=(1, 2), keepdims=True), rtol=1e-5)
+
+
 def test_a_model_with_nothing_to_rewrite_is_refused():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8)
