@@ -58,11 +58,12 @@ def test_every_convolution_runs_in_bf16_and_the_model_stays_close_to_float32(sma
 class Residual(torch.nn.Module):
     """A block's input read by its first convolution and added to its output: a residual stream."""
 
-    def __init__(self):
+    def __init__(self, channels: int = 16):
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU())
-        self.conv1, self.conv2 = torch.nn.Conv2d(16, 16, 1), torch.nn.Conv2d(16, 16, 3, padding=1)
-        self.head = torch.nn.Conv2d(16, 8, 1)
+        c = channels
+        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, c, 3, padding=1), torch.nn.BatchNorm2d(c), torch.nn.ReLU())
+        self.conv1, self.conv2 = torch.nn.Conv2d(c, c, 1), torch.nn.Conv2d(c, c, 3, padding=1)
+        self.head = torch.nn.Conv2d(c, 8, 1)
 
     def forward(self, x):
         s = self.stem(x)
@@ -181,6 +182,26 @@ def test_only_the_bf16_products_get_the_bf16_space_and_only_the_depthwise_ones_t
     assert sum(depthwise.values()) == 1 and all(("depthwise_from_bits" in n) == d for n, d in depthwise.items()), depthwise
     spaces = {t.task_name: bf16_model.space_for(t) for t in tasks}
     assert sum(isinstance(space, type(nchwc.depthwise_nhwc_space())) for space in spaces.values()) == 1, spaces
+
+
+@pytest.mark.parametrize("channels, ragged", [(24, True), (16, False)])
+def test_a_rounding_alone_of_channels_the_lanes_do_not_divide_gets_its_own_schedule_and_rounds_as_numpy(channels, ragged):
+    from tvm import te
+
+    model = Residual(channels).eval()  # the stem's output: read as bits by a convolution, in float32 by the addition
+    half = bf16_model.import_bf16(model, torch.randn(1, 3, 6, 6))
+    tasks = tuning.extract_tasks(build.fuse(half.mod, TARGET), TARGET)
+    assert [bf16_model.is_ragged_rounding(t) for t in tasks].count(True) == int(ragged)
+    by_hand = [isinstance(bf16_model.space_for(t), tvm.s_tir.meta_schedule.space_generator.ScheduleFn) for t in tasks]
+    assert by_hand.count(True) == int(ragged)  # (the model has no depthwise convolution, the other schedule by hand)
+    x = np.random.default_rng(7).normal(size=(1, 5, 7, channels)).astype(np.float32) * 3.0
+    A = te.placeholder(x.shape, "float32", name="A")
+    sch = tvm.s_tir.Schedule(te.create_prim_func([A, bf16_model.round_to_bits(A)]))
+    bf16_model.schedule_rounding(sch)
+    lib = tvm.compile(sch.mod, target=TARGET)
+    out = tvm.runtime.tensor(np.zeros(x.shape, np.uint16))
+    lib(tvm.runtime.tensor(x), out)
+    np.testing.assert_array_equal(out.numpy(), x.astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
 def _bits_as_floats(bits: np.ndarray) -> np.ndarray:
