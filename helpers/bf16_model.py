@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import tvm
 from tvm import relax, te
-from tvm.s_tir import meta_schedule as ms
 
 from . import bf16, models, quantize
 from .errors import CourseError
@@ -273,31 +272,20 @@ def is_bf16_kernel(task) -> bool:
 def is_ragged_rounding(task) -> bool:
     """True for a kernel that only rounds an activation to bits (``round_to_bits``, fused with nothing: an activation
     that a residual addition reads in float32 and a convolution as bits) whose channels are not a multiple of the
-    vector lanes (MobileNetV2's and EfficientNet-B0's 24 at 56x56): ``schedule_rounding`` says why it matters."""
-    func = task.dispatched[0]["main"]
-    sch = tvm.s_tir.Schedule(task.dispatched[0])
-    alone = [sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))] == ["to_bf16"]
-    return alone and int(func.params[0].ty.shape[-1]) % bf16.LANES != 0
-
-
-def schedule_rounding(sch: tvm.s_tir.Schedule) -> None:
-    """A rounding's positions over the threads and its channels in vector lanes. MetaSchedule's own schedule fuses
-    every loop and splits the result into vectors, which with 24 channels makes vectors that cross from one position
-    to the next, their indices computed lane by lane: 43 us for 56x56 positions of 24 channels, 2.3 with this
-    schedule (on a Zen 5; 2.3 us for 32 channels either way)."""
-    block = sch.get_sblock("to_bf16")
-    *positions, channels = sch.get_loops(block)
-    sch.parallel(sch.fuse(*positions))
-    sch.vectorize(channels)
+    vector lanes (MobileNetV2's and EfficientNet-B0's 24 at 56x56): MetaSchedule's vectors then cross from one
+    position to the next (``quantize.schedule_quantize_nhwc``, which schedules it; for the others MetaSchedule's own
+    schedule was as fast or faster)."""
+    block = quantize.nhwc_block_alone(tvm.s_tir.Schedule(task.dispatched[0]), "to_bf16")
+    return block is not None and int(task.dispatched[0]["main"].params[0].ty.shape[-1]) % bf16.LANES != 0
 
 
 def space_for(task):
     """``tuning.tune``'s ``space_for``: ``bf16.bf16_space`` for the bf16 products, ``nchwc.depthwise_nhwc_space`` for
-    the depthwise convolutions of bits, ``schedule_rounding`` for a ragged rounding, the default space for the rest."""
+    the depthwise convolutions of bits, ``quantize.quantize_nhwc_space`` for a ragged rounding, the default space for the rest."""
     if is_bf16_kernel(task):
         return bf16.bf16_space()
     if is_depthwise_nhwc(task):
         return depthwise_nhwc_space(bf16.LANES)
     if is_ragged_rounding(task):
-        return ms.space_generator.ScheduleFn(schedule_rounding, sch_rules=[], postprocs=[])
+        return quantize.quantize_nhwc_space("to_bf16")
     return "post-order-apply"

@@ -28,6 +28,7 @@ Introduced on Day 12.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
@@ -426,11 +427,12 @@ def space_for(target: tvm.target.Target):
     return space
 
 
-def _quantize_block(sch: s_tir.Schedule):
-    """The block of a kernel that only quantizes a channels-last activation (its one block, ``quantized``, over
-    four loops), or None."""
+def nhwc_block_alone(sch: s_tir.Schedule, name: str = "quantized"):
+    """The block ``name`` of a kernel that is that one block over four channels-last loops, or None: a quantize, or
+    ``bf16_model``'s rounding to bits (``to_bf16``), that fusion left apart because a residual stream needs the
+    activation in float32 too."""
     try:
-        block = sch.get_sblock("quantized")
+        block = sch.get_sblock(name)
     except s_tir.ScheduleError:  # (no block of that name)
         return None
     alone = len(sch.get_child_blocks(sch.get_sblock("root"))) == 1
@@ -440,24 +442,24 @@ def _quantize_block(sch: s_tir.Schedule):
 def is_quantize_nhwc(task) -> bool:
     """True for a tuning task whose kernel only quantizes an NHWC activation (``schedule_quantize_nhwc``'s): one a
     residual stream needs in float32 too, so that fusion leaves its quantize apart."""
-    return _quantize_block(s_tir.Schedule(task.dispatched[0])) is not None
+    return nhwc_block_alone(s_tir.Schedule(task.dispatched[0])) is not None
 
 
-def schedule_quantize_nhwc(sch: s_tir.Schedule) -> None:
-    """A channels-last quantize with its rows in parallel and each pixel's channels as one vector: each value's
-    scale and zero point (per channel) are then read in order. MetaSchedule's default space fuses all four loops and
-    vectorizes by 64 whatever the channels, and with 24, 96 or 160 of them every vector gathers its scales: on a
-    Zen 5 the 56x56x24 quantize took 0.053 ms that way and 0.004 this way."""
-    block = _quantize_block(sch)
-    n, h, _, c = sch.get_loops(block)
+def schedule_quantize_nhwc(sch: s_tir.Schedule, block: str = "quantized") -> None:
+    """A channels-last quantize (or ``block``: bf16's rounding, ``to_bf16``) with its rows in parallel and each
+    pixel's channels as one vector: each value's scale and zero point (per channel) are then read in order.
+    MetaSchedule's default space fuses all four loops and vectorizes by 64 whatever the channels, and with 24, 96 or
+    160 of them every vector gathers its scales: on a Zen 5 the 56x56x24 quantize took 0.053 ms that way and 0.004
+    this way; the 56x56x24 rounding, whose vectors then cross from one pixel to the next, 43 us against 2.7."""
+    n, h, _, c = sch.get_loops(nhwc_block_alone(sch, block))
     sch.parallel(sch.fuse(n, h))
     sch.vectorize(c)
 
 
-def quantize_nhwc_space() -> ms.space_generator.ScheduleFn:
+def quantize_nhwc_space(block: str = "quantized") -> ms.space_generator.ScheduleFn:
     """``schedule_quantize_nhwc`` as a MetaSchedule search space (one schedule: nothing to sample)."""
-    return ms.space_generator.ScheduleFn(schedule_quantize_nhwc, sch_rules=[], mutator_probs={},
-                                         postprocs=[ms.postproc.DisallowDynamicLoop()])
+    return ms.space_generator.ScheduleFn(functools.partial(schedule_quantize_nhwc, block=block), sch_rules=[],
+                                         mutator_probs={}, postprocs=[ms.postproc.DisallowDynamicLoop()])
 
 
 def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: torch.Tensor | None = None) -> torch.nn.Module:

@@ -197,7 +197,7 @@ def test_a_rounding_alone_of_channels_the_lanes_do_not_divide_gets_its_own_sched
     x = np.random.default_rng(7).normal(size=(1, 5, 7, channels)).astype(np.float32) * 3.0
     A = te.placeholder(x.shape, "float32", name="A")
     sch = tvm.s_tir.Schedule(te.create_prim_func([A, bf16_model.round_to_bits(A)]))
-    bf16_model.schedule_rounding(sch)
+    quantize.schedule_quantize_nhwc(sch, "to_bf16")
     lib = tvm.compile(sch.mod, target=TARGET)
     out = tvm.runtime.tensor(np.zeros(x.shape, np.uint16))
     lib(tvm.runtime.tensor(x), out)
