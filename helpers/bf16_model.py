@@ -9,9 +9,10 @@ last (``quantize.to_nhwc``); each convolution without groups becomes
 with its weight rounded once and packed in 16x2 tiles (``bf16.pack_weight``, ``pack_conv_weight``). The
 rounding is an element-wise kernel, so fusion puts it at the end of the kernel that wrote the activation:
 the activation crosses memory as bits. Depthwise convolutions read bits and compute in float32 (there is
-no sum over channels for the instruction to work on); the classifier and the element-wise operations
-(the residual additions among them) stay float32. A squeeze-and-excite's mean over many positions becomes a
-product (``spatial_mean_product_compute``), which tunes into a kernel 4 to 7 times faster than a mean's.
+no sum over channels for the instruction to work on). The classifier is a product on the instruction too
+(``is_product_with_constant_weight``); the element-wise operations (the residual additions among them) stay
+float32. A squeeze-and-excite's mean over many positions becomes a product (``spatial_mean_product_compute``),
+which tunes into a kernel 4 to 7 times faster than a mean's.
 
 Introduced on Day 12.
 """
@@ -28,6 +29,9 @@ from .errors import CourseError
 from .models import ImportedModel
 from .nchwc import depthwise_nhwc_space, is_depthwise_nhwc
 
+
+
+LINEAR_TILE_GROUP = 4  # a classifier's tiles of outputs padded to a multiple of this: even over 2 or 4 threads
 
 
 def database_name(model: str) -> str:
@@ -132,6 +136,25 @@ def spatial_mean_product_compute(X: te.Tensor, share: te.Tensor) -> te.Tensor:
     return te.compute((1, 1, 1, c), lambda b, y, x, k: te.sum(share[i, j] * X[b, i, j, k], axis=[i, j]), name="mean")
 
 
+def linear_outputs(n: int) -> int:
+    """The outputs a classifier of ``n`` computes in bf16: ``n`` padded to a multiple of ``LINEAR_TILE_GROUP`` tiles
+    of 16. Its weight comes from memory, so the kernel is only as fast as its slowest core's share of the tiles:
+    MobileNetV2's 1000 classes are 62.5 tiles, padded to 63 they split three ways over two cores (85 us in the
+    model on a Zen 5, float32's was 75), padded to 64 two ways (27 us)."""
+    group = LINEAR_TILE_GROUP * bf16.LANES
+    return -(-n // group) * group
+
+
+def is_product_with_constant_weight(call: relax.Call) -> bool:
+    """True for ``relax.matmul(x, W)`` with ``x`` ``[rows, K]`` float32 and ``W`` a constant float32 ``[K, N]``, ``K``
+    even (pairs for the intrinsic): a classifier, as torch's ``Linear`` imports (its bias is an addition after it)."""
+    if not (isinstance(call.op, tvm.ir.Op) and call.op.name == "relax.matmul"):
+        return False
+    x, w = call.args
+    return isinstance(w, tvm.ir.expr.Constant) and len(w.value.shape) == 2 and w.value.dtype == "float32" \
+        and int(w.value.shape[0]) % bf16.PAIR == 0 and len(x.ty.shape) == 2 and x.ty.dtype == "float32"
+
+
 def is_long_spatial_mean(call: relax.Call) -> bool:
     """True for a float32 mean of an NHWC activation over its positions (EfficientNet's squeeze-and-excite) with
     more positions than channels. Tuned alone on a Zen 5 (32 trials each), MetaSchedule's best schedule of such a
@@ -152,9 +175,10 @@ class _ConvsToBf16(relax.PyExprMutator):
     """Replaces each float32 NHWC conv2d without groups and with a constant weight by its bf16 version (1x1 ones
     only unless ``all_convs``), and (``depthwise``) each depthwise one by a version that reads its input as bits."""
 
-    def __init__(self, mod: tvm.IRModule, depthwise: bool, all_convs: bool, residual_bits: bool = False):
+    def __init__(self, mod: tvm.IRModule, depthwise: bool, all_convs: bool, residual_bits: bool = False,
+                 linear: bool = True):
         super().__init__(mod)
-        self.depthwise, self.all_convs, self.residual_bits = depthwise, all_convs, residual_bits
+        self.depthwise, self.all_convs, self.residual_bits, self.linear = depthwise, all_convs, residual_bits, linear
         self.rewritten = 0
         self.bits: dict[relax.Expr, relax.Expr] = {}  # with residual_bits: a rounded activation's bits, by activation
 
@@ -181,6 +205,21 @@ class _ConvsToBf16(relax.PyExprMutator):
         share = relax.const(np.full((h, w), 1.0 / (h * w), np.float32))
         return self.builder_.emit_te(spatial_mean_product_compute, x, share, primfunc_name_hint="mean_as_product")
 
+    def _linear(self, x: relax.Expr, weight: tvm.ir.expr.Constant) -> relax.Expr:
+        """``x @ weight`` (a classifier: ``[rows, K]`` by a constant ``[K, N]``) as products of bits, its outputs
+        padded to whole groups of tiles (``linear_outputs``) and sliced back."""
+        w = weight.value.numpy()
+        k, n = w.shape
+        padded = np.zeros((linear_outputs(n), k), np.float32)
+        padded[:n] = w.T
+        packed = pack_conv_weight(padded[:, None, None, :])[:, 0, 0]
+        y = self.builder_.emit_te(pointwise_bf16_compute, self._round(x), relax.const(packed, "uint16"),
+                                  primfunc_name_hint="bf16_linear")
+        self.rewritten += 1
+        if len(packed) * bf16.LANES == n:
+            return y
+        return self.builder_.emit(relax.op.strided_slice(y, axes=[1], begin=[0], end=[n]))
+
     def _depthwise(self, x: relax.Expr, weight: np.ndarray, a) -> relax.Expr:
         bits = self._round(x)
         weight = quantize.depthwise_weight_channels_last(weight)
@@ -194,6 +233,8 @@ class _ConvsToBf16(relax.PyExprMutator):
             return self._residual_from_bits(call)
         if is_long_spatial_mean(call):
             return self._spatial_mean_as_product(call.args[0])
+        if self.linear and is_product_with_constant_weight(call):
+            return self._linear(*call.args)
         found = quantize.conv_with_constant_weight(call, (quantize.NHWC,))
         if found is None:
             return call
@@ -225,21 +266,23 @@ class _ConvsToBf16(relax.PyExprMutator):
 
 
 def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all_convs: bool = True,
-                  residual_bits: bool = False) -> ImportedModel:
+                  residual_bits: bool = False, linear: bool = True) -> ImportedModel:
     """``imported`` channels last with its convolutions in bfloat16 (weights bound as constants: the result takes
     the input only): every 1x1 convolution with stride 1 as a product (``pointwise_bf16_compute``) and, with
     ``all_convs``, every other one without groups (MobileNetV2's stem, ResNet's 3x3 and strided ones:
     ``conv_bf16_compute``). With ``depthwise_from_bits`` each depthwise convolution reads its input as bfloat16
     bits too, so that the rounding joins the kernel that wrote it and the largest activations cross memory at
     half their size; it still computes in float32. A mean over more positions than channels becomes a product
-    (``is_long_spatial_mean``). With ``residual_bits`` an activation that a convolution reads
-    and a residual addition adds (a block's input) is added from the bits the convolution reads: the
-    kernel that computes it then writes it once, as bits, where it wrote float32 and a rounding kernel wrote
-    the bits (every residual stream in bfloat16, as OpenVINO keeps it). The kernels change, so only where no
-    database is needed for them: on AMX, where every convolution is scheduled by hand (``amx.schedule_products``);
-    the databases tuned without AMX hold the kernels of the float32 stream."""
+    (``is_long_spatial_mean``). With ``linear`` the classifier is a product of bits too
+    (``is_product_with_constant_weight``): its weight, read once per image from memory, at half the bytes.
+    With ``residual_bits`` an activation that a convolution reads and a residual addition adds (a block's
+    input) is added from the bits the convolution reads: the kernel that computes it then writes it once, as
+    bits, where it wrote float32 and a rounding kernel wrote the bits (every residual stream in bfloat16, as
+    OpenVINO keeps it). The kernels change, so only where no database is needed for them: on AMX, where every
+    convolution is scheduled by hand (``amx.schedule_products``); the databases tuned without AMX hold the
+    kernels of the float32 stream."""
     mod = quantize.to_nhwc(quantize.bind_weights(imported))
-    rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs, residual_bits)
+    rewriter = _ConvsToBf16(mod, depthwise_from_bits, all_convs, residual_bits, linear)
     out = quantize.rewrite_main(rewriter, mod)
     if not rewriter.rewritten:
         raise CourseError("This model has no convolution to run in bfloat16: none without groups (with all_convs=False, "

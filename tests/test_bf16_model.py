@@ -165,6 +165,26 @@ def test_the_mean_as_a_product_is_numpys_mean():
     np.testing.assert_allclose(got.numpy(), x.mean(axis=(1, 2), keepdims=True), rtol=1e-5)
 
 
+@pytest.mark.parametrize("classes", [70, 128])
+def test_a_classifier_is_a_product_of_bits_padded_to_whole_groups_of_tiles(classes):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 16, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(16, classes)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    imported = models.import_to_relax(model, x)
+    assert ir.op_histogram(bf16_model.convs_to_bf16(imported, linear=False).mod)["matmul"] == 1
+    half = bf16_model.convs_to_bf16(imported, all_convs=False)  # the 3x3 convolution left in float32
+    assert (ir.op_histogram(half.mod)["matmul"], ir.op_histogram(half.mod)["nn.conv2d"]) == (0, 1)
+    products = [f for gv, f in half.mod.functions.items() if gv.name_hint.startswith("bf16_linear")]
+    assert len(products) == 1
+    assert [int(d) for d in products[0].params[-1].ty.shape] == [1, 128]  # 64 outputs a group
+    with torch.no_grad():
+        features = model[:4](x).numpy()
+    rounded = lambda a: bf16.from_bits(bf16.to_bits(a))
+    want = rounded(features) @ rounded(model[4].weight.detach().numpy()).T + model[4].bias.detach().numpy()
+    np.testing.assert_allclose(np.asarray(build.compile_model(half)(x)), want, rtol=1e-5, atol=1e-6)
+
+
 def test_a_model_with_nothing_to_rewrite_is_refused():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU()).eval()
     x = torch.randn(1, 3, 8, 8)

@@ -23,8 +23,8 @@ MODELS = ("mobilenet_v2", "resnet50", "efficientnet_b0")  # those with a shipped
 EAGER_BF16, FROZEN_BF16, TVM_FP32, TVM_BF16 = "PyTorch eager bf16", "torch.compile (freezing) bf16", "TVM tuned", "TVM bf16 tuned"
 TVM_BF16_VDP = "TVM bf16 tuned, AMX off (vdpbf16ps)"  # on a CPU with AMX: what the tiles buy, in the same run
 PRECISION = {peers.EAGER: "f32", peers.FROZEN: "f32", peers.ORT: "f32", peers.OPENVINO: "f32", TVM_FP32: "f32",
-             EAGER_BF16: "bf16", FROZEN_BF16: "bf16", TVM_BF16: "bf16 (convolutions without groups), f32 elsewhere",
-             TVM_BF16_VDP: "bf16 (convolutions without groups), f32 elsewhere"}
+             EAGER_BF16: "bf16", FROZEN_BF16: "bf16", TVM_BF16: "bf16 (convolutions without groups, classifier), f32 elsewhere",
+             TVM_BF16_VDP: "bf16 (convolutions without groups, classifier), f32 elsewhere"}
 
 
 class Bfloat16Weights(torch.nn.Module):
@@ -116,7 +116,7 @@ def format_bf16_model(result: dict) -> str:
               f"fastest other bf16 engine ({other}) and {by_ms[TVM_FP32] / tvm:.2f}x TVM's float32 build.",
               "",
               f"Batch 1, one run, timed in alternating blocks; agreement and error on {result['held_out_images']} "
-              "held-out inputs (seeded noise, not images) against float32 eager. TVM bf16: every convolution without groups on "
+              "held-out inputs (seeded noise, not images) against float32 eager. TVM bf16: every convolution without groups and the classifier on "
               f"{result.get('products', 'vdpbf16ps')}: bf16 weights and inputs, float32 sums; the depthwise ones reading bf16 inputs and computing in "
               "float32, channels last, the activations stored as bf16 between kernels where a convolution reads them, "
               "everything else float32 (bf16_model.convs_to_bf16). PyTorch bf16: the model's weights in bfloat16, eager and compiled by "
