@@ -213,13 +213,18 @@ class _ConvsToBf16(relax.PyExprMutator):
         k, n = w.shape
         padded = np.zeros((linear_outputs(n), k), np.float32)
         padded[:n] = w.T
-        packed = pack_conv_weight(padded[:, None, None, :])[:, 0, 0]
-        y = self.builder_.emit_te(pointwise_bf16_compute, self._round(x), relax.const(packed, "uint16"),
+        y = self.builder_.emit_te(pointwise_bf16_compute, self._round(x),
+                                  relax.const(bf16.pack_weight(bf16.to_bits(padded)), "uint16"),
                                   primfunc_name_hint="bf16_linear")
         self.rewritten += 1
-        if len(packed) * bf16.LANES == n:
+        return self._first_outputs(y, n)
+
+    def _first_outputs(self, y: relax.Expr, n: int) -> relax.Expr:
+        """``y`` without the outputs past the first ``n`` on its last axis, those its weight was padded with."""
+        axis = len(y.ty.shape) - 1
+        if int(y.ty.shape[axis]) == n:
             return y
-        return self.builder_.emit(relax.op.strided_slice(y, axes=[1], begin=[0], end=[n]))
+        return self.builder_.emit(relax.op.strided_slice(y, axes=[axis], begin=[0], end=[n]))
 
     def _depthwise(self, x: relax.Expr, weight: np.ndarray, a) -> relax.Expr:
         bits = self._round(x)
@@ -261,9 +266,7 @@ class _ConvsToBf16(relax.PyExprMutator):
         else:
             return call
         self.rewritten += 1
-        if int(y.ty.shape[3]) != n:
-            y = self.builder_.emit(relax.op.strided_slice(y, axes=[3], begin=[0], end=[n]))
-        return y
+        return self._first_outputs(y, n)
 
 
 def convs_to_bf16(imported: ImportedModel, depthwise_from_bits: bool = True, all_convs: bool = True,
