@@ -333,8 +333,8 @@ def depthwise_weight_channels_last(weight: np.ndarray) -> np.ndarray:
 def depthwise_from_uint8_compute(X: te.Tensor, W: te.Tensor, zero_point: int, strides: tuple[int, int],
                                  padding: tuple[int, int, int, int]) -> te.Tensor:
     """A depthwise NHWC convolution in float32 of a uint8 activation: ``W`` float32 ``[kh, kw, C]``, channels last like
-    the activation (a vector of 16 channels' weights is then one load, where OHWI's ``[C, kh, kw, 1]`` strides them:
-    the kernels ran 2-3x faster alone on a Zen 5), with the activation's scale folded in; the padding the zero point
+    the activation (a vector of 16 channels' weights is then one load, where OHWI's ``[C, kh, kw, 1]`` would need a
+    gather of 16 values strided apart), with the activation's scale folded in; the padding the zero point
     (so that it stands for 0.0). It computes ``sum(xq * W)``; the caller subtracts ``zero_point * sum(W)`` per channel."""
     n, h, w, c = (int(d) for d in X.shape)
     top, left, bottom, right = padding
@@ -470,12 +470,13 @@ def torch_int8(model: torch.nn.Module, inputs: Iterable[torch.Tensor], example: 
     weights per output channel: the kinds of number TVM's int8 uses, ``reduce_range`` off as there)
     on ``torch.export`` of the float model itself (its ReLU6 and all), calibrated on ``inputs``
     one image at a time, then ``torch.compile`` with Inductor's freezing, which is what turns the
-    quantize/dequantize pairs into oneDNN int8 kernels (without it the model ran 3x slower here).
+    quantize/dequantize pairs into oneDNN int8 kernels (without it each pair runs as float32 arithmetic around
+    a float32 convolution, slower than the float model).
     The result takes inputs of ``example``'s shape (default: one image) and runs in inference mode.
     """
     import warnings
 
-    with models.quiet("torch.utils._pytree"):  # torchao 0.18 registers an Enum the old way, which torch warns about
+    with models.quiet("torch.utils._pytree"):  # torchao's import makes torch warn about a type it registers
         from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
         from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
             X86InductorQuantizer,
