@@ -101,7 +101,7 @@ def test_the_answer_says_where_the_fused_build_stands_only_where_it_was_measured
     tables = [json.loads((REPO / "results" / source).read_text()) for source in readme.ANSWER_FROM]
     results = tmp_path / "results"
     results.mkdir()
-    assert readme.fused_sentence(tables, results) == ""
+    assert readme.fused_lines(tables, results) == []
     machine = tables[0]["machine"]
     whole = {"timings": {label: {"median_ms": ms, "iqr_ms": 0.1} for label, ms in (
         (fusion_table.FUSED_MEASURED, 2.0), (peers.OPENVINO, 2.5), (peers.ORT, 3.0), (fusion_table.TUNED, 4.0),
@@ -110,7 +110,8 @@ def test_the_answer_says_where_the_fused_build_stands_only_where_it_was_measured
         (fusion_table.FUSED_MEASURED, 5.0), (peers.ORT, 4.0), (fusion_table.TUNED, 6.0))}}
     (results / f"fusion-{machine['cpu']}-{machine['cores']}cores.json").write_text(
         json.dumps({"whole_models": {"mobilenet_v2": whole, "efficientnet_b0": other}}))
-    sentence = readme.fused_sentence(tables, results)
-    assert f"on the {readme.machine_name(machine)} MobileNetV2 runs at 1.25x the speed of the fastest float32 engine " \
-           f"(OpenVINO) (the same kernels unfused: 1.14x) and 2.00x that of tuned TVM and EfficientNet-B0 runs at 0.80x the " \
-           f"speed of the fastest float32 engine (ONNX Runtime) and 1.20x that of tuned TVM, in one run" in sentence
+    lines = readme.fused_lines(tables, results)
+    assert len(lines) == 2 and "Day 7, section 8" in lines[0], lines
+    assert lines[1] == f"  - {readme.machine_name(machine)}: MobileNetV2 1.25x the fastest float32 engine (OpenVINO; the same " \
+        "kernels unfused 1.14x), 2.00x tuned TVM; EfficientNet-B0 0.80x the fastest float32 engine (ONNX Runtime), " \
+        "1.20x tuned TVM."

@@ -66,31 +66,33 @@ def answer(results: Path = REPO / "results") -> str:
                               machine_name(table["machine"])))
         lines.append(f"| {shown} | " + " | ".join(cells) + " |")
     low, high = min(against_pytorch), max(against_pytorch)
-    verdict = "faster than" if low > 1 else "not always faster than"
     unmeasured = [machine_name(t["machine"]) for t in tables if not any(peers.OPENVINO in r for r in t["rows"])]
     not_measured = f" OpenVINO was not measured on {_listed([f'the {m}' for m in unmeasured])}." if unmeasured else ""
-    lines += ["", f"Tuned TVM is {verdict} the fastest PyTorch (`torch.compile` with freezing) on every model here, "
-              f"{low:.2f}x to {high:.2f}x, and {min(against_engine):.2f}x to {max(against_engine):.2f}x the speed of "
-              f"the fastest float32 engine ({' or '.join(sorted(engines))}): speedup over the fastest PyTorch in bold, "
-              f"then over the fastest engine, named; above 1 is faster.{not_measured} Batch 1, float32, medians of "
-              "interleaved runs (≈: a timing too noisy to trust); the whole tables, with every engine, are in "
-              "[results/](results/README.md)."
-              + "".join(f" {CPU_NOTES[t['machine']['cpu']]}" for t in tables if t["machine"]["cpu"] in CPU_NOTES)]
-    lines[-1] += fused_sentence(tables, results)
+    lines += ["", "In bold, tuned TVM's speedup over the fastest PyTorch (`torch.compile` with freezing); then its speed "
+              f"against the fastest float32 engine, named; above 1 is faster.{not_measured} Batch 1, float32, medians of "
+              "interleaved runs (≈: a timing too noisy to trust); every engine's table is in [results/](results/README.md)."
+              + "".join(f" {CPU_NOTES[t['machine']['cpu']]}" for t in tables if t["machine"]["cpu"] in CPU_NOTES), ""]
+    lines.append(f"- **Against the fastest PyTorch:** {'faster' if low > 1 else 'not always faster'} on every model "
+                 f"here, {low:.2f}x to {high:.2f}x.")
+    lines.append(f"- **Against the fastest float32 engine** ({' or '.join(sorted(engines))}): {min(against_engine):.2f}x "
+                 f"to {max(against_engine):.2f}x its speed.")
+    lines += fused_lines(tables, results)
     if lower:
         precisions = sorted({p for _, _, p, _ in lower})
         where = sorted({m for _, _, _, m in lower})
-        lines += ["", f"Not float32: on {_listed([f'the {m}' for m in where])} OpenVINO computes in {'/'.join(precisions)} by "
-                  f"default, and there it runs {1 / max(r for r, *_ in lower):.2f}x to {1 / min(r for r, *_ in lower):.2f}x "
-                  f"as fast as tuned TVM in float32, its outputs {min(e for _, e, *_ in lower):.0e} to "
-                  f"{max(e for _, e, *_ in lower):.0e} away from float32's (relative error)."]
-        lines[-1] += tvm_bf16_sentence(tables, results)
+        lines.append(f"- **Not float32:** on {_listed([f'the {m}' for m in where])} OpenVINO computes in "
+                     f"{'/'.join(precisions)} by default, {1 / max(r for r, *_ in lower):.2f}x to "
+                     f"{1 / min(r for r, *_ in lower):.2f}x as fast as tuned TVM in float32, its outputs "
+                     f"{min(e for _, e, *_ in lower):.0e} to {max(e for _, e, *_ in lower):.0e} away from float32's "
+                     "(relative error).")
+        lines += tvm_bf16_lines(tables, results)
     return "\n".join(lines)
 
 
-def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
+def tvm_bf16_lines(tables: list[dict], results: Path) -> list[str]:
     """Where TVM's own bf16 builds (``results/bf16-model-*``, ``helpers.bf16_model``) stand against OpenVINO's
-    bf16 and TVM's float32 on the machines of ``tables``, as a sentence; empty where none was measured."""
+    bf16 and TVM's float32 on the machines of ``tables``, as a bullet with one line per machine; none where none
+    was measured."""
     from .. import peers  # (TVM and torch, as in answer)
     from ..maintainers import bf16_model_table as bf16_table  # (the same)
 
@@ -108,12 +110,12 @@ def tvm_bf16_sentence(tables: list[dict], results: Path) -> str:
             against_float.append(ms[bf16_table.TVM_FP32] / ms[bf16_table.TVM_BF16])
             if openvino:
                 against_openvino.append(ms[openvino] / ms[bf16_table.TVM_BF16])
-        clauses.append(f"{span(against_float)} as fast as TVM in float32"
-                       + (f" and {span(against_openvino)} the speed of OpenVINO's bf16" if against_openvino else "")
-                       + f" for {_listed(names)} on the {machine_name(table['machine'])}, its products on {products}")
+        clauses.append(f"  - {machine_name(table['machine'])}, its products on {products}: "
+                       + (f"{span(against_openvino)} the speed of OpenVINO's bf16, " if against_openvino else "")
+                       + f"{span(against_float)} as fast as TVM in float32 ({_listed(names)}).")
     if not clauses:
-        return ""
-    return (f" TVM's own bf16 build (every convolution but the depthwise ones in bf16) runs {'; '.join(clauses)}.")
+        return []
+    return ["- **TVM's own bf16 build** (every convolution but the depthwise ones in bf16):", *clauses]
 
 
 def _listed(names: list[str]) -> str:
@@ -121,10 +123,10 @@ def _listed(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def fused_sentence(tables: list[dict], results: Path) -> str:
+def fused_lines(tables: list[dict], results: Path) -> list[str]:
     """Where MobileNetV2 and EfficientNet-B0 built from the course's own fused kernels (``results/fusion-*``,
     ``helpers.fused_mobilenet``, Day 7) stand against the fastest float32 engine and tuned TVM on the machines of
-    ``tables``; empty where they were not measured."""
+    ``tables``, as a bullet with one line per machine; none where they were not measured."""
     from .. import peers  # (TVM and torch, as in answer)
     from ..maintainers import fusion_table  # (the same)
 
@@ -137,18 +139,16 @@ def fused_sentence(tables: list[dict], results: Path) -> str:
             ms = {label: record["median_ms"] for label, record in whole["timings"].items()}
             fused = ms[fusion_table.FUSED_MEASURED]
             engine = min((e for e in (peers.ORT, peers.OPENVINO, peers.FROZEN) if e in ms), key=ms.__getitem__)
-            unfused = (f" (the same kernels unfused: {ms[engine] / ms[fusion_table.UNFUSED]:.2f}x)"
+            unfused = (f"; the same kernels unfused {ms[engine] / ms[fusion_table.UNFUSED]:.2f}x"
                        if fusion_table.UNFUSED in ms else "")
-            runs.append(f"{fusion_table.WHOLE_MODELS.get(name, name)} runs at {ms[engine] / fused:.2f}x the speed of the "
-                        f"fastest float32 engine ({engine}){unfused} and {ms[fusion_table.TUNED] / fused:.2f}x that "
-                        "of tuned TVM")
+            runs.append(f"{fusion_table.WHOLE_MODELS.get(name, name)} {ms[engine] / fused:.2f}x the fastest float32 "
+                        f"engine ({engine}{unfused}), {ms[fusion_table.TUNED] / fused:.2f}x tuned TVM")
         if runs:
-            clauses.append(f"on the {machine_name(table['machine'])} {' and '.join(runs)}")
+            clauses.append(f"  - {machine_name(table['machine'])}: {'; '.join(runs)}.")
     if not clauses:
-        return ""
-    return (" Built instead from the course's own hand-written kernels, channels last, each block one fused kernel "
-            f"(Day 7, section 8; nothing tuned), {'; '.join(clauses)}, in one run (results/ has the spread "
-            "over runs).")
+        return []
+    return ["- **Built from the course's own fused kernels** (channels last, each block one kernel, nothing tuned: "
+            "Day 7, section 8), one run each (results/ has the spread over runs):", *clauses]
 
 
 def span(values: list[float]) -> str:
