@@ -72,8 +72,8 @@ def answer(results: Path = REPO / "results") -> str:
               f"against the fastest float32 engine, named; above 1 is faster.{not_measured} Batch 1, float32, medians of "
               "interleaved runs (≈: a timing too noisy to trust); every engine's table is in [results/](results/README.md)."
               + "".join(f" {CPU_NOTES[t['machine']['cpu']]}" for t in tables if t["machine"]["cpu"] in CPU_NOTES), ""]
-    lines.append(f"- **Against the fastest PyTorch:** {'faster' if low > 1 else 'not always faster'} on every model "
-                 f"here, {low:.2f}x to {high:.2f}x.")
+    lines.append(f"- **Against the fastest PyTorch:** {'faster on every model here' if low > 1 else 'not always faster'}, "
+                 f"{low:.2f}x to {high:.2f}x.")
     lines.append(f"- **Against the fastest float32 engine** ({' or '.join(sorted(engines))}): {min(against_engine):.2f}x "
                  f"to {max(against_engine):.2f}x its speed.")
     lines += fused_lines(tables, results)
