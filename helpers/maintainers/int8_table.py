@@ -12,6 +12,7 @@ from .report import load_average, print_and_keep
 
 INT8_IMAGES = 32
 TVM_INT8 = "TVM int8 tuned"
+TVM_FP32 = "TVM fp32 tuned"
 TVM_INT8_NO_TILES = "TVM int8 tuned, AMX off (vpdpbusd)"
 
 
@@ -43,10 +44,10 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     timings = timing.measure_engines({"PyTorch fp32": timing.torch_runner(float_model, x),
                                       "PyTorch int8": timing.torch_runner(torch_int8, x),
                                       **{label: (lambda run=run: run(x)) for label, run in onnx_engines.items()},
-                                      "TVM fp32 tuned": timing.tvm_runner(tvm_fp32, x),
+                                      TVM_FP32: timing.tvm_runner(tvm_fp32, x),
                                       **{label: timing.tvm_runner(built, x) for label, built in tvm_int8.items()}},
                                      warmup=3, repeats=repeats)
-    top1 = {"PyTorch fp32": 1.0, "TVM fp32 tuned": 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
+    top1 = {"PyTorch fp32": 1.0, TVM_FP32: 1.0, **{k: v["top1"] for k, v in accuracy.items()}}
     return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images, "accuracy": accuracy,
             "rows": quantize.tradeoff_rows(timings, top1, baseline="PyTorch fp32"),
             "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()}, "missing": onnx_missing,

@@ -127,9 +127,14 @@ def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, promp
             "load_average": [load, load_average()]}
 
 
+def memory_floor_ms(result: dict) -> float:
+    """The decoding step's floor in ms: the bytes of weights it reads per token over the measured bandwidth."""
+    return result["weight_bytes_per_token"] / (result["bandwidth_gbs"] * 1e9) * 1e3
+
+
 def format_large(result: dict, machine_summary: str) -> str:
     """Tokens per second of each engine, the fastest named, and the decoding step against its memory floor."""
-    floor_ms = result["weight_bytes_per_token"] / (result["bandwidth_gbs"] * 1e9) * 1e3
+    floor_ms = memory_floor_ms(result)
     lines = [f"Machine: {machine_summary}", "",
              "| step | engine | median ms (IQR) | tokens/s | vs eager | memory floor / median |",
              "| --- | --- | ---: | ---: | ---: | ---: |"]
