@@ -1,5 +1,5 @@
 """The README's generated parts: the answer to the title, from results/, and the days with their time
-(and, in docs/instructors.md, what each day grades).
+(and, in docs/instructors.md, what each day grades; in results/README.md, each machine's tables: ``results_index``).
 
 A learner reads the answer before installing anything, so it must be what the machines measured,
 never a number typed in: ``python -m helpers.instructor.readme`` rewrites the blocks between
@@ -18,24 +18,13 @@ import nbformat
 
 from .exercises import read as read_exercises
 from .grading import REPO, RELEASE, SOURCE, assignments
+from .results_index import CPU_NOTES, MODELS, machine_name, machines
 
 # The benchmark tables the README answers from: the newest run of each CPU kind on the current databases.
 ANSWER_FROM = ("benchmark-rocketlake-2cores.json", "benchmark-znver5-2cores.json", "benchmark-znver4-2cores.json",
                "benchmark-znver3-2cores.json")
-CPU_NAMES = {"znver3": "AMD Zen 3", "znver4": "AMD Zen 4", "znver5": "AMD Zen 5",
-             "rocketlake": "Intel Xeon with AMX", "emeraldrapids": "Intel Xeon (5th generation)"}
-# Where LLVM's name for a reference machine would mislead a reader, said once under the table.
-CPU_NOTES = {"rocketlake": "LLVM names the Intel Xeon `rocketlake` after the model number its virtual machine shows; "
-                           "its instructions are a server Xeon's (AVX-512 BF16, AMX)."}
-MODELS = {"mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50", "efficientnet_b0": "EfficientNet-B0"}
 # A block on lines of its own (a table), or inside a line (a phrase): the markers stay where they are.
 BLOCK = re.compile(r"(<!-- (\w+):begin -->\n?).*?(\n?<!-- \2:end -->)", re.S)
-
-
-def machine_name(machine: dict) -> str:
-    """A reference machine as a learner reads it: 'AMD Zen 4 (`znver4`, 2 cores)'."""
-    cpu = machine["cpu"]
-    return f"{CPU_NAMES.get(cpu, cpu)} (`{cpu}`, {machine['cores']} cores)"
 
 
 def answer(results: Path = REPO / "results") -> str:
@@ -209,7 +198,8 @@ def exercise_table(course: Path = REPO) -> str:
 
 # Each generated file, and the blocks it holds.
 FILES = {"README.md": {"answer": answer, "days": days, "total": total},
-         "docs/instructors.md": {"exercises": exercise_table}}
+         "docs/instructors.md": {"exercises": exercise_table},
+         "results/README.md": {"machines": machines}}
 
 
 def generated(name: str) -> str:

@@ -22,7 +22,7 @@ import nbformat
 from .. import machine
 from ..reference import METADATA_KEY, REFERENCE_ROOT
 from .grading import REPO
-from .readme import CPU_NAMES
+from .results_index import CPU_NAMES
 
 
 def values(notebook: nbformat.NotebookNode) -> dict[str, dict]:
