@@ -70,10 +70,10 @@ def fast_math(mod: tvm.IRModule, _ctx) -> tvm.IRModule:
     TVM lowers ``sigmoid`` and ``softmax`` to the C library's ``expf``, and ``gelu`` to ``erff``, one
     call per element: LLVM has no vector ``exp`` or ``erf`` for x86 without a vector math library. So
     every SiLU kernel of EfficientNet-B0 was scalar at its tail (2840 ``expf`` calls in its tuned
-    library; results/README.md has what this pass bought), and in Day 14's GPT the GELU kernels were
-    the slowest of the tuned prefill (173 us of 741 on the Intel Xeon). ``fast_exp`` and ``fast_erf``
-    (``relax.transform.FastMathTransform``'s, which covers softmax but not GELU) are polynomials
-    accurate to float32 rounding over the range that matters.
+    library; results/HISTORY.md, "The CPU goals against eager", has what this pass bought), and in
+    Day 14's GPT the GELU kernels were the slowest of the tuned prefill (173 us of 741 on the Intel
+    Xeon). ``fast_exp`` and ``fast_erf`` (``relax.transform.FastMathTransform``'s, which covers softmax
+    but not GELU) are polynomials accurate to float32 rounding over the range that matters.
     """
     for gv, func in list(mod.functions.items()):
         if isinstance(func, relax.Function):

@@ -188,7 +188,7 @@ def rank(found: Sequence[Database], target: tvm.target.Target) -> list[Database]
 
     The layout comes before the origin: with code built for a Zen 4 and a Zen 5, the Zen 4's and Zen 5's
     own NCHW databases ran ResNet-50, MobileNetV2 and EfficientNet-B0 1.7-3x slower than the
-    channel-blocked ones tuned on an Intel Xeon (results/README.md, "Which database a CPU gets"), and on
+    channel-blocked ones tuned on an Intel Xeon (results/HISTORY.md, "Which database a CPU gets"), and on
     their own CPUs they lost to PyTorch. Budgets do not compare across CPUs: 64 trials per task
     measured on another CPU are not known to beat 32 measured here (issue 27), and a database seeded
     from a transferred one holds its schedules measured here, so it loses nothing by being preferred."""

@@ -320,7 +320,7 @@ def quantize_pointwise_convs(imported: ImportedModel, ranges: dict[str, Range], 
 def uint8_depthwise(target: tvm.target.Target) -> bool:
     """Whether the course's int8 build reads the depthwise convolutions' inputs as uint8 on ``target``
     (``quantize_depthwise_inputs``): where its int8 products run on VNNI (or AMX), as on the Zen 5 where the step was
-    tuned and measured (results/README.md); the AVX2 databases hold the kernels without it."""
+    tuned and measured (results/HISTORY.md, "A Zen 5, measured again"); the AVX2 databases hold the kernels without it."""
     return int8.int8_instruction(target) == "vnni"
 
 

@@ -4,8 +4,8 @@ tiles``; issue 50).
 MetaSchedule's evolutionary search, at the budgets the course can afford (32-48 trials per kernel), leaves some of
 the bf16 and int8 products (``bf16.bf16_space``, ``int8.vnni_space``) with tiles that cannot stay in registers: 7 pixels x 4 channel blocks is 28
 sums, plus 4 weight vectors and a broadcast input, 33 of AVX-512's 32 registers; or with the reduction split so
-that the sums go to memory and back between its parts. Measured on a Zen 5 (results/README.md), ResNet-50's
-expanding 1x1 convolution at 56x56 ran 1.3x faster with 7 x 2 sums and its whole reduction innermost.
+that the sums go to memory and back between its parts. Measured on a Zen 5 (results/HISTORY.md, "A Zen 5, measured
+again"), ResNet-50's expanding 1x1 convolution at 56x56 ran 1.3x faster with 7 x 2 sums and its whole reduction innermost.
 
 This tries such tiles on every product in a database: each kernel's best trace replayed with another innermost
 tile (its sums and weight vectors fitting in the 32 registers, the channel reduction whole or as tuned), built
