@@ -4,7 +4,8 @@ Every day becomes a page with the outputs of an executed run of its source noteb
 nbgrader's own ``ClearSolutions`` and ``ClearHiddenTests`` (the code a learner must write and the
 tests they must not see are replaced exactly as in the student version), with the outputs of the
 solution and test cells cleared and nbgrader's metadata dropped. The README's course map and the
-measured results (``results/``) are pages too. Sphinx builds it (myst-nb, sphinx-book-theme) with
+measured results (``results/``: its index and tables; its log, ``HISTORY.md``, among the maintainers'
+pages) are pages too. Sphinx builds it (myst-nb, sphinx-book-theme) with
 execution off, no source copies (``_sources/``), no download buttons and no MathJax, so the site
 works offline and publishes nothing secret; ``leaks`` checks every built file for that.
 
@@ -140,15 +141,16 @@ def _without_widget(output: dict) -> dict | None:
 
 def _course_map() -> str:
     """The README, from its first heading, as the site's front page (links to days become page links);
-    the glossary, the results and the documents for instructors and maintainers are pages of their own."""
+    the glossary, the results and the documents for instructors and maintainers are pages of their own. The results'
+    log (results/HISTORY.md) is the maintainers': the results' pages are the index and the tables (named ``kind-cpu``)."""
     text = (REPO / "README.md").read_text()
     text = re.sub(r"\((?:\./)?(?:notebooks|solutions)/(day\d\d_\w+)/\1\.ipynb\)", r"(days/\1.ipynb)", text)
     text = re.sub(r"\((?:\./)?solutions/day\d\d_\w+/([\w.-]+\.svg)\)", r"(days/\1)", text)  # figures sit beside their day
     text = text.replace("](results/)", "](results/README.md)").replace(f"]({RELEASE}/{GLOSSARY})", f"]({GLOSSARY})")
     return text + "\n\n```{toctree}\n:hidden:\n:caption: Days\n:glob:\n\ndays/*\n```\n\n" \
         f"```{{toctree}}\n:hidden:\n:caption: Reference\n\n{GLOSSARY[:-3]}\n```\n\n" \
-        "```{toctree}\n:hidden:\n:caption: Results\n:glob:\n\nresults/README\nresults/*\n```\n\n" \
-        "```{toctree}\n:hidden:\n:caption: For instructors and maintainers\n:glob:\n\ndocs/*\n```\n"
+        "```{toctree}\n:hidden:\n:caption: Results\n:glob:\n\nresults/README\nresults/*-*\n```\n\n" \
+        "```{toctree}\n:hidden:\n:caption: For instructors and maintainers\n:glob:\n\ndocs/*\nresults/HISTORY\n```\n"
 
 
 def write_sources(dest: Path, quick: bool, run: bool = True, log=print) -> dict[str, str]:
