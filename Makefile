@@ -55,8 +55,9 @@ check: env
 
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
 # Two phases (tests/run_suite.py): what times nothing on two workers, then the timed tests alone.
+# make test DAY=7 runs one day's checks alone (tests/one_day.py); make test alone, the whole suite.
 test: env browser proxy
-	$(BIN)/python tests/run_suite.py $(PYTEST_ARGS)
+	$(BIN)/python tests/run_suite.py $(if $(DAY),--day $(DAY)) $(PYTEST_ARGS)
 
 # The course as a static website in build/site/html (helpers/instructor/site.py): every day executed
 # once at full size (cached), solutions and hidden tests stripped; SITE_ARGS=--quick for CI's sizes.

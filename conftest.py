@@ -70,7 +70,19 @@ def _place(nodeid: str) -> int:
     return len(order)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--day", default=None, metavar="NAME",
+                     help="only the checks of one day (a folder name such as day07_layouts): make test DAY=7")
+
+
 def pytest_collection_modifyitems(config, items):
+    day = config.getoption("--day")
+    if day:
+        import one_day  # tests/one_day.py (tests/ is on the path: pyproject.toml's pythonpath)
+
+        keep = [one_day.keeps(item.nodeid, day) for item in items]
+        config.hook.pytest_deselected(items=[item for item, kept in zip(items, keep) if not kept])
+        items[:] = [item for item, kept in zip(items, keep) if kept]
     for item in items:
         if any(day in item.nodeid for day in SPEED_GRADED_DAYS) and not any(t in item.nodeid for t in UNTIMED_CHECKS):
             item.add_marker(pytest.mark.timed)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from one_day import index  # helpers/__init__.py's table: the days that import each learner module
+
 REPO = Path(__file__).resolve().parent.parent
 FLOORS = ("learner", "maintainers", "instructor")  # bottom to top: a floor may import its own and those below
 
@@ -216,19 +218,6 @@ def learner_modules(root: Path = REPO) -> dict[str, Path]:
     found = {p.stem: p for p in (root / "helpers").glob("*.py") if p.stem != "__init__"}
     found.update({p.parent.name: p for p in (root / "helpers").glob("*/__init__.py") if p.parent.name not in FLOORS})
     return found
-
-
-def index(root: Path = REPO) -> dict[str, set[int]]:
-    """The table of ``helpers/__init__.py``'s docstring: ``{module: days}`` (``-``: no day)."""
-    text = ast.get_docstring(ast.parse((root / "helpers" / "__init__.py").read_text()))
-    rows = re.findall(r"^    (\w+)\s{2,}(-|\d[\d, -]*?)\s{2,}\S.*$", text, re.M)
-    days = {}
-    for name, spans in rows:
-        days[name] = set()
-        for span in ([] if spans == "-" else spans.split(",")):
-            low, _, high = span.strip().partition("-")
-            days[name] |= set(range(int(low), int(high or low) + 1))
-    return days
 
 
 def notebook_imports(root: Path = REPO) -> dict[str, set[int]]:
