@@ -84,8 +84,11 @@ def test_naive_and_scheduled_kernels_match_pytorch_and_the_schedule_is_faster():
     assert kernels.loop_nest(sch).startswith("parallel ") and "vectorized oc_inner(16)" in kernels.loop_nest(sch)
     fast = kernels.build(sch)
     kernels.check(fast, problem, 16)
-    timings = kernels.measure({"naive": kernels.tvm_runner(naive, problem.args(16)),
-                               "fast": kernels.tvm_runner(fast, problem.args(16))}, repeats=3, min_sample_ms=2)
+    # On one thread, as grading times kernels (kernels.thread_pool): a parallel kernel waits for its slowest
+    # thread, and with another program on the machine one of its threads shares a core (20x slower here).
+    with kernels.thread_pool(1):
+        timings = kernels.measure({"naive": kernels.tvm_runner(naive, problem.args(16)),
+                                   "fast": kernels.tvm_runner(fast, problem.args(16))}, repeats=9, min_sample_ms=4)
     assert kernels.speedup(timings, "fast", "naive") > 2
     assert kernels.gflops(timings[0], shape.flops) > 0
 
