@@ -19,7 +19,7 @@ INDEPENDENT_TESTS = ("tests/test_course_notebooks.py", "tests/test_hidden_tests.
 
 
 # Tests of those days that time nothing (they compare files): they stay in phase one.
-UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate",
+UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate", "test_every_exercise_stands_alone",
                   "test_sources_use_the_course_kernel_and_have_graded_exercises",
                   "test_stripping_leaves_no_solution_hidden_test_output_or_grader_metadata")
 

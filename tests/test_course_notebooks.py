@@ -1,6 +1,7 @@
 """The grading gate: student notebooks are generated from solutions/; autograding on a real
-gradebook gives each solution full marks; and every graded test cell fails on the student version
-of its exercise, proved in the solution's own run (tests/blank_probe.py).
+gradebook gives each solution full marks; every graded test cell fails on the student version
+of its exercise, proved in the solution's own run (tests/blank_probe.py); and every exercise stands
+alone, needing no other exercise's answer (tests/standalone.py).
 
 The autograde of the solution is the suite's one execution of each source notebook: nbval's
 checks (every cell runs without error, tagged cells reproduce their stored outputs) are applied to
@@ -20,6 +21,7 @@ from helpers.instructor import grading, notebooks, site
 
 import blank_probe
 import regenerated as regenerated_course
+import standalone
 import stored_outputs
 
 REPO = grading.REPO
@@ -98,6 +100,17 @@ def test_sources_use_the_course_kernel_and_have_graded_exercises(assignment):
         meta = cell.metadata.get("nbgrader", {})
         if meta.get("solution") and cell.cell_type == "code":
             assert "### BEGIN SOLUTION" in cell.source, f"{meta['grade_id']}: a solution cell without a solution block"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_exercise_stands_alone(assignment):
+    """No solution or test cell reads a name that comes from another exercise's answer (tests/standalone.py):
+    a learner who left one exercise blank keeps the points of the others that are right."""
+    source = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
+    student = nbformat.read(REPO / grading.RELEASE / assignment / f"{assignment}.ipynb", as_version=4)
+    needs = standalone.dependencies(source, student)
+    assert not needs, "an exercise that needs another's answer loses its points with it; give it what it needs " \
+                      "from the day (a helper, a lesson cell) instead:\n" + "\n".join(needs)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)

@@ -23,7 +23,7 @@ import pytest
 import torch
 import tvm
 
-from helpers import build, export, gpu, ir, machine, models, profiling, timing
+from helpers import build, export, gpu, ir, machine, models, profiling, quantize, timing
 from helpers.instructor import grading
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
@@ -868,7 +868,7 @@ def _choose_build_chained(rows, min_top1):
 
 
 def _day12_namespace(**extra) -> dict:
-    return dict(np=np, build=build, ir=ir, tvm=tvm, relax=tvm.relax, target=machine.cpu_target()) | extra
+    return dict(np=np, build=build, ir=ir, quantize=quantize, tvm=tvm, relax=tvm.relax, target=machine.cpu_target()) | extra
 
 
 def _int8_dense(zero_point: bool = True, per_column: bool = True, integer_product: bool = True,
