@@ -25,3 +25,10 @@ c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
 c.Execute.allow_errors = True
 c.Execute.kernel_name = "tvm-course"
+
+# Feedback never shows a hidden test, neither its code nor a traceback's lines of it (nbgrader's own
+# feedback shows both): helpers/instructor/feedback_hidden.py. The hub's course directory is a copy
+# of this config, so its feedback is made the same way.
+from helpers.instructor.feedback_hidden import FEEDBACK_PREPROCESSORS  # noqa: E402
+
+c.GenerateFeedback.preprocessors = FEEDBACK_PREPROCESSORS

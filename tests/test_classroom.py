@@ -6,12 +6,14 @@ the real nbgrader on a sqlite gradebook in one autograde run, and checked cell b
 
 import csv
 import copy
+import shutil
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from helpers.instructor import grading
+from helpers.instructor.feedback_hidden import MARK, hidden_test_lines, shown
 
 DAY = "day00_environment"
 EX1, EX2 = "test_float32_lanes", "test_peak_gflops"
@@ -64,6 +66,14 @@ def submissions(solution, blank) -> dict[str, tuple[object, dict[str, float]]]:
         ),
         # the learner deleted their own solution cell: only that exercise is lost
         "deletes_solution": (_without(solution, "float32_lanes"), {EX1: 0, EX2: 2}),
+        # answers that pass the visible tests and fail the hidden ones (no ARM CPU, no check of the
+        # arguments): the hidden tests raise, and the feedback shows their tracebacks
+        "fails_hidden": (
+            _with_source(_with_source(solution, "float32_lanes", _cell(solution, "float32_lanes").source.replace(
+                '("neon", 128)', '("neon", 64)')), "peak_gflops",
+                "def peak_gflops(cores, ghz, fp32_lanes, fma_units):\n    return cores * ghz * fma_units * 2 * fp32_lanes"),
+            {EX1: 0, EX2: 0},
+        ),
     }
 
 
@@ -93,13 +103,48 @@ def test_each_submission_scores_exactly_the_exercises_it_got_right(graded):
     assert 0 < totals["partial"].score < totals["partial"].max_score
 
 
-def test_feedback_tells_the_learner_what_was_expected(graded):
+@pytest.fixture(scope="module")
+def feedback(graded):
+    """Each student's feedback page, made with the course's config (`make feedback`)."""
     course, _ = graded
-    pages = {p.parts[-3]: p.read_text() for p in grading.feedback(DAY, course)}
+    return {p.parts[-3]: p.read_text() for p in grading.feedback(DAY, course)}
+
+
+def test_feedback_tells_the_learner_what_was_expected(feedback):
+    pages = feedback
     assert set(pages) >= {"crashes", "partial", "edits_tests"}
     # the restored visible test explains the wrong answer
     assert "is not a SIMD width of an x86-64 CPU" in pages["edits_tests"]
     assert "NotImplementedError" in pages["partial"]
+
+
+def _leaks(pages: dict[str, str]) -> dict[str, list[str]]:
+    """The lines of Day 0's hidden tests each page shows."""
+    hidden = hidden_test_lines(nbformat.read(grading.REPO / grading.SOURCE / DAY / f"{DAY}.ipynb", as_version=4))
+    assert len(hidden) > 20, "Day 0's hidden tests are what this test looks for"
+    return {student: found for student, text in pages.items() if (found := shown(text, hidden))}
+
+
+def test_feedback_never_shows_a_hidden_test(graded, feedback, tmp_path):
+    """No line of a hidden test in any page: not in the cells' code (the passing answers of `loops` and
+    `crashes` are the solution's), not in a traceback of a hidden test that raised (`fails_hidden`),
+    which shows marks instead. Made again with nbgrader's own feedback preprocessors, and without the
+    traceback's marks, the same pages show them: the check finds what it looks for."""
+    course, cases = graded
+    assert set(feedback) == set(cases)
+    assert _leaks(feedback) == {}
+    assert "float32 lanes (an ARM CPU with NEON), got 2" in feedback["fails_hidden"]
+    assert MARK in feedback["fails_hidden"], "the hidden test's traceback is shown, its lines as marks"
+
+    old = shutil.copytree(course, tmp_path / "course")
+    for preprocessors, leaking in [("GetGrades, CSSHTMLHeaderPreprocessor", set(cases)),  # nbgrader's own
+                                   ("ClearHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor", {"fails_hidden"})]:
+        with open(old / "nbgrader_config.py", "a") as config:
+            config.write("from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor\n"
+                         "from nbgrader.preprocessors import ClearHiddenTests, GetGrades\n"
+                         f"c.GenerateFeedback.preprocessors = [{preprocessors}]\n")
+        pages = {p.parts[-3]: p.read_text() for p in grading.feedback(DAY, old)}
+        assert leaking <= set(_leaks(pages)), f"[{preprocessors}] must leak the hidden tests of {sorted(leaking)}"
 
 
 def test_grades_export_as_csv(graded, tmp_path):

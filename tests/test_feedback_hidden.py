@@ -1,8 +1,13 @@
-"""Feedback keeps the hidden tests hidden in the outputs too: a traceback's context lines are replaced."""
+"""Feedback keeps the hidden tests hidden in the outputs too: a traceback's context lines are replaced; every
+feedback the course makes is made so, and `make check`'s messages too (tests/test_classroom.py greps real
+feedback for every hidden line)."""
 
 import nbformat
+from traitlets.config import Config
+from traitlets.config.loader import PyFileConfigLoader
 
-from helpers.instructor.feedback_hidden import MARK, HideHiddenTestsInOutputs, hide, hidden_lines
+from helpers.instructor import grading, hub, selfstudy
+from helpers.instructor.feedback_hidden import FEEDBACK_PREPROCESSORS, MARK, HideHiddenTestsInOutputs, hide, hidden_lines
 
 SOURCE = """x = answer()
 assert x == 2, f"expected 2, got {x}"
@@ -40,3 +45,28 @@ def test_the_preprocessor_changes_outputs_of_cells_with_hidden_tests_only():
     assert not any("secret" in line for line in nb.cells[0].outputs[0].traceback)
     assert nb.cells[0].outputs[0].evalue == "expected 2, got 3", "the failing test's message stays"
     assert nb.cells[1].outputs[0].text == "for secret in [17, 19]:\n", "a cell without hidden tests is left alone"
+
+
+def test_make_check_hides_a_hidden_line_that_a_warning_printed():
+    # what IPython writes to stderr when a hidden test's line calls code that warns (stacklevel=2)
+    stderr = ("/tmp/ipykernel_7006/3797621153.py:5: UserWarning: slow path\n"
+              "  assert answer(secret) == secret + 1\n")
+    cell = nbformat.v4.new_code_cell(SOURCE, outputs=[nbformat.v4.new_output("stream", name="stderr", text=stderr)])
+    message = selfstudy._failure(cell)
+    assert "secret" not in message and MARK in message and "UserWarning: slow path" in message, message
+    cell.outputs = [nbformat.v4.new_output("error", ename="AssertionError", evalue="expected 2, got 3",
+                                           traceback=TRACEBACK.split("\n"))]
+    assert selfstudy._failure(cell) == "AssertionError: expected 2, got 3"
+
+
+def _config(path) -> Config:
+    return PyFileConfigLoader(path.name, path=str(path.parent)).load_config()
+
+
+def test_every_feedback_the_course_makes_clears_the_hidden_tests(tmp_path):
+    """The repository's config (`make feedback`, `make check`) and the hub's course directory's."""
+    assert _config(grading.REPO / "nbgrader_config.py").GenerateFeedback.preprocessors == FEEDBACK_PREPROCESSORS
+    course = grading.scratch_course(tmp_path / "course", names=[])  # what hub.setup writes, then appends to
+    with open(course / "nbgrader_config.py", "a") as f:
+        f.write(hub.INSTRUCTOR_NBGRADER.format(course=course, exchange=tmp_path / "exchange"))
+    assert _config(course / "nbgrader_config.py").GenerateFeedback.preprocessors == FEEDBACK_PREPROCESSORS

@@ -7,10 +7,8 @@ Needs root (Unix accounts), Debian's chromium, the pinned jupyterhub and configu
 (`make test` installs them); in CI a missing one fails the test, elsewhere it skips.
 """
 
-import html
 import json
 import os
-import re
 import pwd
 import secrets
 import shutil
@@ -21,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,6 +54,7 @@ if (why := _missing()) is not None:
 from playwright.sync_api import sync_playwright  # noqa: E402
 
 from helpers.instructor import grading  # noqa: E402
+from helpers.instructor.feedback_hidden import hidden_test_lines, shown  # noqa: E402
 from helpers.rpc_tuning import free_port  # noqa: E402
 from local_servers import wait_until_serving  # noqa: E402
 
@@ -148,14 +148,9 @@ def _mark(what: str) -> None:
     print(f"[{time.monotonic() - T0:6.1f} s] {what}", flush=True)
 
 
-def _hidden_test_lines() -> list[str]:
+def _hidden_test_lines() -> set[str]:
     """Lines of Day 0's hidden tests that the student notebook does not have."""
-    source = json.loads((REPO / "solutions" / DAY / f"{DAY}.ipynb").read_text())
-    student = (REPO / "notebooks" / DAY / f"{DAY}.ipynb").read_text()
-    lines = []
-    for cell in source["cells"]:
-        for region in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", "".join(cell["source"]), re.S):
-            lines += [l.strip() for l in region.splitlines() if len(l.strip()) > 20 and l.strip() not in student]
+    lines = hidden_test_lines(nbformat.read(REPO / "solutions" / DAY / f"{DAY}.ipynb", as_version=4))
     assert lines, "Day 0 has no hidden tests to look for"
     return lines
 
@@ -254,8 +249,7 @@ def test_a_class_fetches_submits_is_graded_and_gets_feedback(hub):
                 text = files[0].read_text()
                 (SHOTS / f"feedback-{name[-1]}.html").write_text(text)
                 assert expected in text, f"{name}'s feedback does not show their score {expected}"
-                shown = html.unescape(re.sub(r"<[^>]+>", "", text))
-                leaked = [line for line in _hidden_test_lines() if line in shown]
+                leaked = shown(text, _hidden_test_lines())
                 assert not leaked, f"{name}'s feedback shows the hidden tests: {leaked[:2]}"
                 page.screenshot(path=str(SHOTS / f"feedback-{name[-1]}.png"))
                 _mark(f"{name} has their feedback")

@@ -1,26 +1,55 @@
-"""Feedback that keeps the hidden tests hidden, in the outputs too (nbgrader's feedback, on the hub).
+"""Feedback that keeps the hidden tests hidden, in the outputs too: every feedback the course makes.
 
-nbgrader's ``ClearHiddenTests`` removes the hidden tests from a cell's source, but a failing test's
-traceback prints the lines around the one that failed, and where that line is near the hidden
-tests (the last visible assertion) the traceback shows their code. ``HideHiddenTestsInOutputs``
-runs first and replaces every such line in the outputs with a mark; the failing test's message,
-which says what was expected, stays.
+nbgrader's feedback shows each autograded cell as graded, hidden tests included (its default
+``GenerateFeedback.preprocessors`` clears nothing). ``ClearHiddenTests`` removes them from a cell's
+source, but a failing test's traceback prints the lines around the one that failed, hidden tests
+included. ``HideHiddenTestsInOutputs`` runs first and replaces every such line in the outputs with a
+mark; the failing test's message, which says what was expected, stays. ``FEEDBACK_PREPROCESSORS`` is
+what the course's ``nbgrader_config.py`` sets (``make feedback``, and the hub's course directory,
+whose config is a copy of it); ``make check`` hides the same lines in the messages it prints.
+``hidden_test_lines`` and ``shown`` are how the tests look for a leak (feedback, the handout).
 """
 
 from __future__ import annotations
 
+import html
 import re
 
-from nbgrader.preprocessors import NbGraderPreprocessor
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades, NbGraderPreprocessor
+
+from .site import _REGION, _TAG, json_escape
 
 HIDDEN_REGION = re.compile(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", re.S)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MARK = "(a hidden test)"
+# Shorter lines (``else:``, ``for _ in range(3):``) turn up anywhere; they give nothing away.
+SHORTEST = 20
 
 
 def hidden_lines(source: str) -> set[str]:
     """The stripped, non-empty lines of a cell's hidden-test regions."""
     return {line.strip() for region in HIDDEN_REGION.findall(source) for line in region.splitlines() if line.strip()}
+
+
+def hidden_test_lines(*sources) -> set[str]:
+    """The lines of the hidden tests of the instructor's ``sources`` (notebooks) that a learner never
+    sees: stripped, ``SHORTEST`` characters or more, and in no visible part of any of them (what
+    the student version shows is no secret)."""
+    hidden, visible = set(), []
+    for nb in sources:
+        for cell in nb.cells:
+            hidden |= hidden_lines(cell.source)
+            visible.append(_REGION.sub("", cell.source))  # what the student version shows
+    visible = "\n".join(visible)
+    return {line for line in hidden if len(line) >= SHORTEST and line not in visible}
+
+
+def shown(text: str, lines: set[str]) -> list[str]:
+    """Which of ``lines`` ``text`` shows: as it is, inside a notebook's JSON (escaped), or in HTML (tags
+    removed, entities unescaped: a line split into highlighting spans is still found)."""
+    texts = [text, html.unescape(_TAG.sub("", text))] if "<" in text else [text]
+    return sorted(line for line in lines if any(form in t for form in {line, json_escape(line)} for t in texts))
 
 
 def hide(text: str, hidden: set[str]) -> str:
@@ -50,3 +79,8 @@ class HideHiddenTestsInOutputs(NbGraderPreprocessor):
                     if "text" in output:
                         output["text"] = hide(output["text"], hidden)
         return cell, resources
+
+
+# nbgrader's feedback, less the hidden tests: their code (ClearHiddenTests) and where a traceback shows it
+# (HideHiddenTestsInOutputs, first, while the cell's source still holds them); then nbgrader's own two.
+FEEDBACK_PREPROCESSORS = [HideHiddenTestsInOutputs, ClearHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]

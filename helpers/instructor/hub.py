@@ -165,13 +165,7 @@ c.CourseDirectory.root = "{course}"
 c.Exchange.root = "{exchange}"
 # collect only what a learner submitted under their own name (nbgrader itself only warns)
 c.ExchangeFactory.collect = "helpers.instructor.hub_exchange.OwnerCheckedCollect"
-# feedback without the hidden tests' code, which nbgrader's feedback shows by default: they stay
-# hidden from the learners (and from next year's class); each failing test's message still shows
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
-# ... nor in the outputs: a traceback prints the lines around the failing one, hidden tests included
-from helpers.instructor.feedback_hidden import HideHiddenTestsInOutputs  # noqa: E402
-c.GenerateFeedback.preprocessors = [HideHiddenTestsInOutputs, ClearHiddenTests, GetGrades, CSSHTMLHeaderPreprocessor]
+# (feedback without the hidden tests: the course's config above sets c.GenerateFeedback.preprocessors)
 '''
 
 

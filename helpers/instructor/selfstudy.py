@@ -25,6 +25,7 @@ import nbformat
 
 from ..errors import GradingError
 from . import exercises, grading
+from .feedback_hidden import hidden_lines, hide
 
 WORK = "work"
 STUDENT = "you"
@@ -69,14 +70,18 @@ class TestResult:
 
 
 def _failure(cell) -> str:
-    """A failing test cell's message, as the learner's feedback shows it: the error's last line."""
+    """A failing test cell's message, as the learner's feedback shows it: the error's last line, or what
+    it wrote to stderr; a line of the cell's hidden tests in it (a warning prints the line that raised
+    it) shows a mark instead, as in the feedback (``feedback_hidden.hide``)."""
+    hidden = hidden_lines(cell.source)
     for out in cell.get("outputs", []):
         if out.get("output_type") == "error":
-            value = str(out.get("evalue", "")).strip()
+            value = hide(str(out.get("evalue", "")), hidden).strip()
             return f"{out.get('ename', 'Error')}: {value}" if value else out.get("ename", "Error")
     for out in cell.get("outputs", []):
         if out.get("name") == "stderr":
-            return "wrote to stderr (the grader counts that as a failure): " + "".join(out.get("text", "")).strip()[:300]
+            text = hide("".join(out.get("text", "")), hidden).strip()
+            return "wrote to stderr (the grader counts that as a failure): " + text[:300]
     return ""
 
 
