@@ -3,6 +3,7 @@ never typed; the instructor's handout gives no answer away; reference values pri
 
 import json
 import re
+import shutil
 import tarfile
 
 import pytest
@@ -63,7 +64,13 @@ def test_the_handout_holds_no_solution_and_no_hidden_test(tmp_path):
     assert f"{root}notebooks/day00_environment/day00_environment.ipynb" in names
     assert f"{root}helpers/instructor/selfstudy.py" in names and f"{root}Makefile" in names
     assert not any(n.startswith((f"{root}solutions", f"{root}tests")) for n in names)
-    assert handout.given_away(tmp_path / "out" / handout.NAME) == []
+    assert handout.given_away(tmp_path / "out" / handout.NAME) == []  # no hidden-test line in any file
+    # the check finds what it looks for: a hidden test anywhere, a file a learner does not read included
+    planted = tmp_path / "planted" / "helpers" / "instructor"
+    planted.mkdir(parents=True)
+    shutil.copy(REPO / grading.SOURCE / "day00_environment" / "day00_environment.ipynb", planted / "notes.ipynb")
+    found = handout.given_away(tmp_path / "planted")
+    assert len(found) > 20 and all(f.startswith("helpers/instructor/notes.ipynb: a line of a hidden test") for f in found)
 
 
 def test_reference_values_print_beside_the_learners(tmp_path, monkeypatch):

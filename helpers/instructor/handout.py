@@ -3,7 +3,8 @@
 A clone of the repository holds ``solutions/`` (every answer and hidden test) and ``tests/`` (which
 read them). The handout is every file git keeps, less those two folders and the CI script, packed
 as ``build/handout/tvm-course-handout.tar.gz``; it is refused if a file a learner reads holds a line
-of a solution or hidden test (the website's check, ``site.leaks``; see ``given_away``).
+of a solution or hidden test (the website's check, ``site.leaks``), or any file a line of a hidden
+test (see ``given_away``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,11 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from .grading import REPO, SOURCE
-from .site import leaks
+import nbformat
+
+from .feedback_hidden import hidden_test_lines, shown
+from .grading import REPO, SOURCE, assignments
+from .site import _readable, leaks
 
 LEFT_OUT = (f"{SOURCE}/", "tests/", ".ci/")
 NAME = "tvm-course-handout"
@@ -34,13 +38,23 @@ def files(course: Path = REPO) -> list[str]:
 READ = ("notebooks", "docs", "results", "README.md")
 
 
+# Lines of a hidden test that the library holds too, as its own code (helpers/quantize.py; Day 4's test): no secret.
+LIBRARY_LINES = {'main = imported.mod["main"]'}
+
+
 def given_away(folder: Path) -> list[str]:
     """What in an unpacked handout gives an answer away: every solution or hidden-test line and nbgrader
-    marker found in the files a learner reads (``READ``)."""
+    marker found in the files a learner reads (``READ``), and every hidden-test line in any other file."""
     folder = Path(folder)
     read = [p for name in READ for p in ([folder / name] if (folder / name).is_file() else (folder / name).rglob("*"))
             if p.is_file()]
-    return leaks(folder, files=read)
+    found = leaks(folder, files=read)
+    hidden = hidden_test_lines(*(nbformat.read(REPO / SOURCE / day / f"{day}.ipynb", as_version=4)
+                                 for day in assignments())) - LIBRARY_LINES
+    for path in sorted(set(folder.rglob("*")) - set(read)):
+        text = _readable(path) if path.is_file() else None
+        found += [f"{path.relative_to(folder)}: a line of a hidden test: {line!r}" for line in shown(text or "", hidden)]
+    return found
 
 
 def build(course: Path = REPO, out: Path | None = None) -> Path:
