@@ -21,9 +21,10 @@ c.ClearOutput.enabled = True
 
 # Autograding on the 2-core machine: a cell that runs longer than this is an
 # infinite loop or a far too large workload; it costs only its own exercise.
+# (A cell that raises does not stop the run: nbgrader's Execute always goes on, its allow_errors is
+# True and not a config option.)
 c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
-c.Execute.allow_errors = True
 c.Execute.kernel_name = "tvm-course"
 
 # Feedback never shows a hidden test, neither its code nor a traceback's lines of it (nbgrader's own

@@ -3,6 +3,9 @@ feedback the course makes is made so, and `make check`'s messages too (tests/tes
 feedback for every hidden line)."""
 
 import nbformat
+from nbgrader import preprocessors
+from nbgrader.converters import GenerateFeedback
+from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
@@ -70,3 +73,12 @@ def test_every_feedback_the_course_makes_clears_the_hidden_tests(tmp_path):
     with open(course / "nbgrader_config.py", "a") as f:
         f.write(hub.INSTRUCTOR_NBGRADER.format(course=course, exchange=tmp_path / "exchange"))
     assert _config(course / "nbgrader_config.py").GenerateFeedback.preprocessors == FEEDBACK_PREPROCESSORS
+
+
+def test_the_course_config_sets_only_options_nbgrader_reads():
+    """A name nbgrader does not know (``Execute.allow_errors``, not a config option) does nothing but warn."""
+    known = {cls.__name__: cls for cls in (CourseDirectory, GenerateFeedback, *vars(preprocessors).values())
+             if isinstance(cls, type)}
+    for section, options in _config(grading.REPO / "nbgrader_config.py").items():
+        traits = known[section].class_traits(config=True)
+        assert set(options) <= set(traits), f"{section}: nbgrader reads no {sorted(set(options) - set(traits))}"
