@@ -27,6 +27,12 @@ c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "tvm-course"
 
+# A warning that a test cell "has changed" only where the learner edited it (nbgrader's own warns about
+# every untouched test cell that has hidden tests): helpers/instructor/overwrite_cells.py.
+from helpers.instructor.overwrite_cells import SANITIZE_PREPROCESSORS  # noqa: E402
+
+c.Autograde.sanitize_preprocessors = SANITIZE_PREPROCESSORS
+
 # Feedback never shows a hidden test, neither its code nor a traceback's lines of it (nbgrader's own
 # feedback shows both): helpers/instructor/feedback_hidden.py. The hub's course directory is a copy
 # of this config, so its feedback is made the same way.

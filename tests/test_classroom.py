@@ -89,7 +89,7 @@ def graded(tmp_path_factory):
     for student, (nb, _) in cases.items():
         nbformat.write(nb, scratch / f"{student}.ipynb")
         grading.submit(course, DAY, student, scratch / f"{student}.ipynb")
-    grading.autograde(DAY, course, cell_timeout=20)
+    (course / "autograde.log").write_text(grading.autograde(DAY, course, cell_timeout=20).stderr)
     return course, cases
 
 
@@ -101,6 +101,18 @@ def test_each_submission_scores_exactly_the_exercises_it_got_right(graded):
         assert {k: got.get(k, 0.0) for k in expected} == expected, student
         assert totals[student].score == sum(expected.values()), student
     assert 0 < totals["partial"].score < totals["partial"].max_score
+
+
+def test_only_an_edited_test_cell_is_reported_as_changed(graded):
+    """nbgrader's own autograde says every untouched test cell with hidden tests "has changed!"."""
+    course, _ = graded
+    changed, student = set(), None
+    for line in (course / "autograde.log").read_text().splitlines():
+        if "Sanitizing " in line:
+            student = Path(line.split("Sanitizing ", 1)[1]).parts[-3]
+        elif "Attribute 'checksum' for cell" in line:
+            changed.add((student, line.split("for cell ", 1)[1].split()[0]))
+    assert changed == {("edits_tests", EX1)}
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ feedback for every hidden line)."""
 
 import nbformat
 from nbgrader import preprocessors
-from nbgrader.converters import GenerateFeedback
+from nbgrader.converters import Autograde, GenerateFeedback
 from nbgrader.coursedir import CourseDirectory
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
@@ -77,7 +77,7 @@ def test_every_feedback_the_course_makes_clears_the_hidden_tests(tmp_path):
 
 def test_the_course_config_sets_only_options_nbgrader_reads():
     """A name nbgrader does not know (``Execute.allow_errors``, not a config option) does nothing but warn."""
-    known = {cls.__name__: cls for cls in (CourseDirectory, GenerateFeedback, *vars(preprocessors).values())
+    known = {cls.__name__: cls for cls in (CourseDirectory, Autograde, GenerateFeedback, *vars(preprocessors).values())
              if isinstance(cls, type)}
     for section, options in _config(grading.REPO / "nbgrader_config.py").items():
         traits = known[section].class_traits(config=True)

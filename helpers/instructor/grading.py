@@ -131,11 +131,13 @@ def submit(course: Path, assignment: str, student: str, notebook: Path) -> Path:
     return target
 
 
-def autograde(assignment: str, course: Path = REPO, student: str | None = None, cell_timeout: int | None = None) -> None:
+def autograde(assignment: str, course: Path = REPO, student: str | None = None,
+              cell_timeout: int | None = None) -> subprocess.CompletedProcess:
     """Execute and grade the submissions; hidden and edited tests come back from the gradebook.
 
     ``cell_timeout`` (seconds) overrides the course's per-cell limit (nbgrader_config.py): a
     cell that runs longer, an infinite loop say, is interrupted and costs only its own points.
+    Returns nbgrader's run, its log (stderr) included.
     """
     _check_assignment(assignment, course)
     submitted = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
@@ -149,7 +151,7 @@ def autograde(assignment: str, course: Path = REPO, student: str | None = None, 
     extra = ["--student", student] if student else []
     if cell_timeout is not None:
         extra.append(f"--Execute.timeout={cell_timeout}")
-    nbgrader("autograde", assignment, "--force", *extra, course=course)
+    return nbgrader("autograde", assignment, "--force", *extra, course=course)
 
 
 def feedback(assignment: str, course: Path = REPO) -> list[Path]:
