@@ -27,6 +27,15 @@ c.Execute.timeout = 300
 c.Execute.interrupt_on_timeout = True
 c.Execute.kernel_name = "tvm-course"
 
+# A kernel that dies (a crash, os._exit, a segfault, memory exhausted) costs only the cell that killed it
+# (nbgrader's own deletes the whole graded notebook); one notebook may run an hour in all; each kernel may
+# allocate 8 GB; a cell past its limit says so: helpers/instructor/execute.py.
+from helpers.instructor.execute import AUTOGRADE_PREPROCESSORS  # noqa: E402
+
+c.Autograde.autograde_preprocessors = AUTOGRADE_PREPROCESSORS
+c.CourseExecute.notebook_timeout = 3600
+c.CourseExecute.kernel_memory_gb = 8
+
 # A warning that a test cell "has changed" only where the learner edited it (nbgrader's own warns about
 # every untouched test cell that has hidden tests): helpers/instructor/overwrite_cells.py.
 from helpers.instructor.overwrite_cells import SANITIZE_PREPROCESSORS  # noqa: E402

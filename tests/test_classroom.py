@@ -66,6 +66,11 @@ def submissions(solution, blank) -> dict[str, tuple[object, dict[str, float]]]:
         ),
         # the learner deleted their own solution cell: only that exercise is lost
         "deletes_solution": (_without(solution, "float32_lanes"), {EX1: 0, EX2: 2}),
+        # a kernel that dies in the first exercise (the process ends, as in a segfault of compiled code): the
+        # rest of the notebook is graded in a new kernel, and the learner gets feedback saying which cell
+        "kills_kernel": (_with_source(solution, "float32_lanes", "import os\nos._exit(1)"), {EX1: 0, EX2: 2}),
+        # the same in the second exercise, by a segfault
+        "segfaults": (_with_source(solution, "peak_gflops", "import ctypes\nctypes.string_at(0)"), {EX1: 2, EX2: 0}),
         # answers that pass the visible tests and fail the hidden ones (no ARM CPU, no check of the
         # arguments): the hidden tests raise, and the feedback shows their tracebacks
         "fails_hidden": (
@@ -128,6 +133,9 @@ def test_feedback_tells_the_learner_what_was_expected(feedback):
     # the restored visible test explains the wrong answer
     assert "is not a SIMD width of an x86-64 CPU" in pages["edits_tests"]
     assert "NotImplementedError" in pages["partial"]
+    # a dead kernel is said where it died, and a loop with the limit it ran past
+    assert "the kernel died while this cell ran" in pages["kills_kernel"] and "the kernel died" in pages["segfaults"]
+    assert "your code ran past 20 s" in pages["loops"]
 
 
 def _leaks(pages: dict[str, str]) -> dict[str, list[str]]:

@@ -77,8 +77,10 @@ def test_every_feedback_the_course_makes_clears_the_hidden_tests(tmp_path):
 
 def test_the_course_config_sets_only_options_nbgrader_reads():
     """A name nbgrader does not know (``Execute.allow_errors``, not a config option) does nothing but warn."""
-    known = {cls.__name__: cls for cls in (CourseDirectory, Autograde, GenerateFeedback, *vars(preprocessors).values())
-             if isinstance(cls, type)}
+    from helpers.instructor.execute import CourseExecute
+
+    known = {cls.__name__: cls for cls in (CourseDirectory, Autograde, GenerateFeedback, CourseExecute,
+                                           *vars(preprocessors).values()) if isinstance(cls, type)}
     for section, options in _config(grading.REPO / "nbgrader_config.py").items():
         traits = known[section].class_traits(config=True)
         assert set(options) <= set(traits), f"{section}: nbgrader reads no {sorted(set(options) - set(traits))}"
