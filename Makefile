@@ -103,10 +103,10 @@ outputs: env
 submit: env
 	$(call need,DAY,DAY=day01_import STUDENT=ada NB=path/to/ada.ipynb)$(call need,STUDENT,DAY=$(DAY) STUDENT=ada NB=path/to/ada.ipynb)$(call need,NB,DAY=$(DAY) STUDENT=$(STUDENT) NB=path/to/notebook.ipynb)
 	$(BIN)/python -m helpers.instructor.grading submit $(DAY) $(STUDENT) $(NB)
+# Progress as it grades, then every student's score and a line per problem; STUDENT=ada grades one student.
 autograde: env
 	$(call need,DAY,DAY=day01_import)
-	$(BIN)/python -m helpers.instructor.grading autograde $(DAY)
-	$(BIN)/python -m helpers.instructor.grading scores $(DAY)
+	$(BIN)/python -m helpers.instructor.grading autograde $(DAY) $(if $(STUDENT),--student $(STUDENT))
 feedback: env
 	$(call need,DAY,DAY=day01_import)
 	$(BIN)/python -m helpers.instructor.grading feedback $(DAY)

@@ -94,7 +94,9 @@ def graded(tmp_path_factory):
     for student, (nb, _) in cases.items():
         nbformat.write(nb, scratch / f"{student}.ipynb")
         grading.submit(course, DAY, student, scratch / f"{student}.ipynb")
-    (course / "autograde.log").write_text(grading.autograde(DAY, course, cell_timeout=20).stderr)
+    shown = []
+    (course / "autograde.log").write_text(grading.autograde(DAY, course, cell_timeout=20, progress=shown.append).stderr)
+    (course / "progress.log").write_text("\n".join(shown))
     return course, cases
 
 
@@ -106,6 +108,19 @@ def test_each_submission_scores_exactly_the_exercises_it_got_right(graded):
         assert {k: got.get(k, 0.0) for k in expected} == expected, student
         assert totals[student].score == sum(expected.values()), student
     assert 0 < totals["partial"].score < totals["partial"].max_score
+
+
+def test_make_autograde_shows_progress_then_every_score_and_a_line_per_problem(graded):
+    course, cases = graded
+    shown = (course / "progress.log").read_text().splitlines()
+    for student in cases:
+        assert any(line.startswith(f"{student}/{DAY}: test_") for line in shown), f"no progress for {student}"
+    assert any("the kernel died in cell" in line and line.startswith("kills_kernel/") for line in shown)
+    scores, problems = grading.report(DAY, course)
+    assert sorted(line.split(":")[0] for line in scores) == sorted(cases)
+    assert "kills_kernel: 2 / 4" in scores
+    assert problems == ["kills_kernel: float32_lanes: the kernel died", "loops: peak_gflops: ran past the cell's time limit",
+                        "segfaults: peak_gflops: the kernel died"]
 
 
 def test_only_an_edited_test_cell_is_reported_as_changed(graded):

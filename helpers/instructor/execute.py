@@ -31,9 +31,7 @@ from nbgrader.converters import Autograde
 from nbgrader.preprocessors import Execute
 from traitlets import Integer
 
-KERNEL_DIED = "KernelDied"
-NOT_RUN = "NotebookTimeLimit"
-
+from .stops import KERNEL_DIED, NOT_RUN, PROGRESS
 
 def error(ename: str, evalue: str) -> NotebookNode:
     """An error output as nbgrader scores and feedback shows one (red name, then the message)."""
@@ -67,17 +65,18 @@ class CourseExecute(Execute):
         if cell.cell_type != "code":
             return cell, self.resources
         if elapsed > self.notebook_timeout:
+            self.log.warning("%s%s: cell %d not run: past the notebook's %d s", PROGRESS, self._who, index, self.notebook_timeout)
             cell.outputs = [error(NOT_RUN, f"not run: this notebook reached its time limit of {self.notebook_timeout} s "
                                            "in all before this cell. Make the slow cells above faster.")]
             return cell, self.resources
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if cell.metadata.get("nbgrader", {}).get("grade"):
-            self.log.info("%s: %s at %.0f s", self._who, grade_id, elapsed)
+            self.log.info("%s%s: %s at %.0f s", PROGRESS, self._who, grade_id, elapsed)
         try:
             return super().preprocess_cell(cell, resources, index)
         except DeadKernelError:
-            self.log.warning("%s: the kernel died in cell %d%s; restarting it and running the cells above again",
-                             self._who, index, f" ({grade_id})" if grade_id else "")
+            self.log.warning("%s%s: the kernel died in cell %d%s; restarting it and running the cells above again",
+                             PROGRESS, self._who, index, f" ({grade_id})" if grade_id else "")
             cell.outputs.append(error(KERNEL_DIED, (
                 "the kernel died while this cell ran (a crash, os._exit, a segfault in compiled code, or memory "
                 "exhausted). This cell scores nothing; a new kernel ran the cells above again, and the cells "

@@ -23,12 +23,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import config
 from ..errors import GradingError
-from . import nbgrader_command
+from . import nbgrader_command, stops
 
 REPO = config.REPO
 SOURCE = "solutions"
@@ -49,10 +50,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def nbgrader(*args: str, course: Path = REPO, check: bool = True) -> subprocess.CompletedProcess:
+def nbgrader(*args: str, course: Path = REPO, check: bool = True,
+             on_log_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
     """Run ``nbgrader ARGS`` in the course directory, with the course's config (in a process of its own,
-    forked from one that has nbgrader imported: ``nbgrader_command``)."""
-    proc = nbgrader_command.run(list(args), course, _env())
+    forked from one that has nbgrader imported: ``nbgrader_command``); ``on_log_line`` sees its log as it comes."""
+    proc = nbgrader_command.run(list(args), course, _env(), on_log_line)
     if check and proc.returncode != 0:
         raise RuntimeError(f"`nbgrader {' '.join(args)}` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
@@ -132,11 +134,13 @@ def submit(course: Path, assignment: str, student: str, notebook: Path) -> Path:
 
 
 def autograde(assignment: str, course: Path = REPO, student: str | None = None,
-              cell_timeout: int | None = None) -> subprocess.CompletedProcess:
+              cell_timeout: int | None = None, progress: Callable[[str], None] | None = None,
+              check: bool = True) -> subprocess.CompletedProcess:
     """Execute and grade the submissions; hidden and edited tests come back from the gradebook.
 
     ``cell_timeout`` (seconds) overrides the course's per-cell limit (nbgrader_config.py): a
     cell that runs longer, an infinite loop say, is interrupted and costs only its own points.
+    ``progress`` is given a line as each student's notebook starts and each graded cell runs.
     Returns nbgrader's run, its log (stderr) included.
     """
     _check_assignment(assignment, course)
@@ -151,7 +155,37 @@ def autograde(assignment: str, course: Path = REPO, student: str | None = None,
     extra = ["--student", student] if student else []
     if cell_timeout is not None:
         extra.append(f"--Execute.timeout={cell_timeout}")
-    return nbgrader("autograde", assignment, "--force", *extra, course=course)
+    return nbgrader("autograde", assignment, "--force", *extra, course=course, check=check,
+                    on_log_line=progress and _progress_lines(progress))
+
+
+def _progress_lines(show: Callable[[str], None]) -> Callable[[str], None]:
+    """nbgrader's log lines a grader wants to see as they come: each student started, each graded cell
+    (stops.PROGRESS), each problem."""
+    def line(text: str) -> None:
+        message = text.split("] ", 1)[-1]
+        if message.startswith(stops.PROGRESS) or "Autograding" in message or "| ERROR]" in text:
+            show(message.removeprefix(stops.PROGRESS))
+    return line
+
+
+def report(assignment: str, course: Path = REPO) -> tuple[list[str], list[str]]:
+    """After an autograde: a line per student with their score, and a line per failure (a student not graded,
+    a cell a dead kernel or a time limit stopped)."""
+    import nbformat
+
+    submitted = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
+    got = scores(assignment, course) if in_gradebook(assignment, course) else {}
+    lines, failures = [], []
+    for student in submitted:
+        graded = sorted((course / "autograded" / student / assignment).glob("*.ipynb"))
+        if student not in got or not graded:
+            failures.append(f"{student}: not graded (nbgrader's log above says why); their notebook is in submitted/")
+            continue
+        lines.append(f"{student}: {got[student].score:g} / {got[student].max_score:g}")
+        for path in graded:
+            failures += [f"{student}: {problem}" for problem in stops.stopped_cells(nbformat.read(path, as_version=4))]
+    return lines, failures
 
 
 def feedback(assignment: str, course: Path = REPO) -> list[Path]:
@@ -213,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         submit_cmd.add_argument(arg)
     for name in ("autograde", "scores", "feedback"):
         sub.add_parser(name).add_argument("assignment")
+    sub.choices["autograde"].add_argument("--student", help="grade this student only (the others keep their grades)")
     sub.add_parser("export").add_argument("csv", nargs="?")
     args = parser.parse_args(argv)
     try:
@@ -229,7 +264,11 @@ def _run(args) -> None:
     elif args.command == "submit":
         print(submit(REPO, args.assignment, args.student, Path(args.notebook)))
     elif args.command == "autograde":
-        autograde(args.assignment)
+        proc = autograde(args.assignment, student=args.student, progress=lambda line: print(line, flush=True), check=False)
+        lines, failures = report(args.assignment)
+        print("\n".join(["Scores (autograded points):", *lines] + (["Problems:", *failures] if failures else [])))
+        if proc.returncode != 0 and not lines:
+            raise GradingError(f"nbgrader autograde failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     elif args.command == "feedback":
         for path in feedback(args.assignment):
             print(path)

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 _CONTEXT = None
@@ -56,12 +57,22 @@ def _child(args: list[str], course: str, env: dict[str, str], out: str, err: str
     os._exit(code)
 
 
-def run(args: list[str], course: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    """``nbgrader ARGS`` in ``course`` with ``env``: its exit status and output, as ``subprocess.run`` gives them."""
+def run(args: list[str], course: Path, env: dict[str, str],
+        on_log_line: Callable[[str], None] | None = None) -> subprocess.CompletedProcess:
+    """``nbgrader ARGS`` in ``course`` with ``env``: its exit status and output, as ``subprocess.run`` gives them.
+    ``on_log_line`` is given each line of its log (stderr) as it is written, about once a second."""
     with tempfile.TemporaryDirectory(prefix="nbgrader-") as scratch:
         out, err = os.path.join(scratch, "stdout"), os.path.join(scratch, "stderr")
         process = _context().Process(target=_child, args=(list(args), str(course), dict(env), out, err))
         process.start()
-        process.join()
         read = lambda path: Path(path).read_text(errors="replace") if os.path.exists(path) else ""
+        passed = 0
+        while process.exitcode is None:
+            process.join(timeout=1)
+            if on_log_line:
+                log = read(err)
+                complete = log[passed:].rpartition("\n")[0] if process.exitcode is None else log[passed:]
+                for line in complete.splitlines():
+                    on_log_line(line)
+                passed += len(complete) + (1 if process.exitcode is None and complete else 0)
         return subprocess.CompletedProcess(["nbgrader", *args], process.exitcode, read(out), read(err))
