@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 
 from ..errors import GradingError
-from . import exercises, grading
+from . import days, exercises, grading
 from .feedback_hidden import hidden_lines, hide
 
 WORK = "work"
@@ -49,15 +49,7 @@ def day_name(day: str, course: Path = grading.REPO) -> str:
     """The day's folder name from what a learner types: ``3``, ``03``, ``day03`` or ``day03_build``."""
     known = grading.assignments(course) if (course / grading.SOURCE).is_dir() else \
         sorted(p.name for p in (course / grading.RELEASE).iterdir() if p.is_dir())
-    text = str(day).strip()
-    number = text[3:5] if text.startswith("day") else text
-    if number.isdigit():
-        matches = [name for name in known if name.startswith(f"day{int(number):02d}_")]
-        if matches:
-            return matches[0]
-    if text in known:
-        return text
-    raise GradingError(f"There is no day {day!r}: give its number (make check DAY=3) or its name ({', '.join(known)}).")
+    return days.day_name(day, known)
 
 
 @dataclass(frozen=True)
