@@ -241,10 +241,25 @@ def feedback(day: str, hub: Hub) -> None:
 INSTRUCTOR_COMMANDS = {"release": release, "collect": collect, "autograde": autograde, "feedback": feedback}
 
 
+def _instructor(hub: Hub) -> pwd.struct_passwd:
+    """The instructor's account, once ``setup`` has made it and the course directory; before, one line saying
+    what to run (the account's lookup raised a bare KeyError)."""
+    try:
+        teacher = pwd.getpwnam(hub.instructor)
+    except KeyError:
+        teacher = None
+    # (only root and the instructor may look into the course directory: mode 0700)
+    if teacher is None or (os.geteuid() in (0, teacher.pw_uid) and not (hub.course / "nbgrader_config.py").exists()):
+        raise HubError(f"The hub is not set up yet (no {'course directory ' + str(hub.course) if teacher else 'account ' + hub.instructor}): "
+                       "run `sudo make hub` first, or `sudo .venv/bin/python -m helpers.instructor.hub setup` to set it up "
+                       "without serving, then release.")
+    return teacher
+
+
 def as_instructor(command: str, day: str, hub: Hub | None = None) -> subprocess.CompletedProcess | None:
     """Run an instructor command as the instructor's account (root switches to it)."""
     hub = hub or Hub.from_env()
-    teacher = pwd.getpwnam(hub.instructor)
+    teacher = _instructor(hub)
     if os.geteuid() == teacher.pw_uid:
         INSTRUCTOR_COMMANDS[command](day, hub)
         return None
