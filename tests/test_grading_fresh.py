@@ -2,7 +2,11 @@
 is not (.gitignore), and `make student` may never have run. Every command either works or says
 in one line what to run first; none ends in nbgrader's traceback."""
 
+import os
+import pwd
 import shutil
+import subprocess
+import sys
 
 import nbformat
 import pytest
@@ -11,6 +15,7 @@ from helpers.instructor import grading
 from helpers.errors import GradingError
 
 DAY = "day99_tiny"
+ROOT = grading.REPO  # (the repository: the test below points grading.REPO at a scratch course)
 
 
 def _tiny_source() -> nbformat.NotebookNode:
@@ -79,3 +84,39 @@ def test_the_command_line_prints_one_line_instead_of_a_traceback(capsys):
     assert grading.main(["feedback", "day98_missing"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: There is no day 'day98_missing'") and err.count("\n") == 1, err
+
+
+def test_make_student_with_a_day_regenerates_that_day_only(fresh_clone, monkeypatch, capsys):
+    """`make student DAY=N` releases one day, the day spelled as `make check` reads it; `make student` every day."""
+    course, other = fresh_clone, "day98_other"
+    (course / grading.SOURCE / other).mkdir()
+    nbformat.write(_tiny_source(), course / grading.SOURCE / other / f"{other}.ipynb")
+    monkeypatch.setattr(grading, "REPO", course)
+    released = {day: course / grading.RELEASE / day / f"{day}.ipynb" for day in (DAY, other)}
+    for spelling in ("99", "day99", DAY):
+        released[DAY].unlink()
+        assert grading.main(["generate", spelling]) == 0
+        assert released[DAY].is_file() and not released[other].exists(), spelling
+    assert grading.main(["generate", "7"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: There is no day '7'") and "make student DAY=3" in err and err.count("\n") == 1, err
+    assert grading.main(["generate"]) == 0
+    assert all(path.is_file() for path in released.values())
+    # the Makefile passes DAY through, and no DAY at all means every day
+    for args, command in ([["DAY=03"], "grading generate 03"], [[], "grading generate"]):
+        shown = subprocess.run(["make", "-n", "student", *args], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.splitlines()[-1]
+        assert shown.rstrip().endswith(command), shown
+
+
+@pytest.mark.parametrize("account", ["tvm-no-such-instructor", "this user"])
+def test_a_hub_command_before_the_hub_is_set_up_says_to_set_it_up(tmp_path, account):
+    """`hub release` (collect, autograde, feedback) before `make hub`: one line, not a KeyError from the account's lookup;
+    also where the instructor's account exists but the course directory does not."""
+    instructor = pwd.getpwuid(os.geteuid()).pw_name if account == "this user" else account
+    env = {**os.environ, "TVM_HUB_ROOT": str(tmp_path / "hub"), "TVM_HUB_INSTRUCTOR": instructor}
+    proc = subprocess.run([sys.executable, "-m", "helpers.instructor.hub", "release", "day00_environment"], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("error: The hub is not set up yet") and "`sudo make hub` first" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
