@@ -30,9 +30,8 @@ c.Execute.kernel_name = "tvm-course"
 # A kernel that dies (a crash, os._exit, a segfault, memory exhausted) costs only the cell that killed it
 # (nbgrader's own deletes the whole graded notebook); one notebook may run an hour in all; each kernel may
 # allocate 8 GB; a cell past its limit says so: helpers/instructor/execute.py.
-from helpers.instructor.execute import AUTOGRADE_PREPROCESSORS  # noqa: E402
+from helpers.instructor.execute import AUTOGRADE_PREPROCESSORS  # noqa: E402 (set below, with the others)
 
-c.Autograde.autograde_preprocessors = AUTOGRADE_PREPROCESSORS
 c.CourseExecute.notebook_timeout = 3600
 c.CourseExecute.kernel_memory_gb = 8
 
@@ -40,7 +39,13 @@ c.CourseExecute.kernel_memory_gb = 8
 # every untouched test cell that has hidden tests): helpers/instructor/overwrite_cells.py.
 from helpers.instructor.overwrite_cells import SANITIZE_PREPROCESSORS  # noqa: E402
 
-c.Autograde.sanitize_preprocessors = SANITIZE_PREPROCESSORS
+# A written answer is graded against the learner's own numbers, which autograde's run replaces with the
+# grading machine's: the outputs of the cells tagged for it are kept as submitted and shown above the
+# answer (helpers/instructor/learner_outputs.py).
+from helpers.instructor.learner_outputs import KeepLearnerOutputs, ShowLearnerOutputs  # noqa: E402
+
+c.Autograde.sanitize_preprocessors = [KeepLearnerOutputs, *SANITIZE_PREPROCESSORS]
+c.Autograde.autograde_preprocessors = [*AUTOGRADE_PREPROCESSORS, ShowLearnerOutputs]
 
 # Feedback never shows a hidden test, neither its code nor a traceback's lines of it (nbgrader's own
 # feedback shows both): helpers/instructor/feedback_hidden.py. The hub's course directory is a copy

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.instructor import grading
+from helpers.instructor import grade_table, grading
 from helpers.instructor.feedback_hidden import MARK, hidden_test_lines, shown
 
 DAY = "day00_environment"
@@ -116,9 +116,9 @@ def test_make_autograde_shows_progress_then_every_score_and_a_line_per_problem(g
     for student in cases:
         assert any(line.startswith(f"{student}/{DAY}: test_") for line in shown), f"no progress for {student}"
     assert any("the kernel died in cell" in line and line.startswith("kills_kernel/") for line in shown)
-    scores, problems = grading.report(DAY, course)
+    scores, problems = grade_table.report(DAY, course)
     assert sorted(line.split(":")[0] for line in scores) == sorted(cases)
-    assert "kills_kernel: 2 / 4" in scores
+    assert "kills_kernel: 2 / 4 autograded; total 2 / 4" in scores
     assert problems == ["kills_kernel: float32_lanes: the kernel died", "loops: peak_gflops: ran past the cell's time limit",
                         "segfaults: peak_gflops: the kernel died"]
 
@@ -184,6 +184,7 @@ def test_feedback_never_shows_a_hidden_test(graded, feedback, tmp_path):
 
 def test_grades_export_as_csv(graded, tmp_path):
     course, cases = graded
-    rows = list(csv.DictReader(grading.export_grades(tmp_path / "grades.csv", course).open()))
-    by_student = {r["student_id"]: float(r["raw_score"]) for r in rows if r["assignment"] == DAY}
+    rows = list(csv.DictReader(grade_table.write_csv(tmp_path / "grades.csv", course).open()))
+    by_student = {r["student"]: float(r[f"{DAY}: total"]) for r in rows}
+    assert all(float(r[f"{DAY}: Exercise 1 (2)"]) + float(r[f"{DAY}: Exercise 2 (2)"]) == by_student[r["student"]] for r in rows)
     assert by_student == {s: float(sum(exp.values())) for s, (_, exp) in cases.items()}

@@ -17,7 +17,7 @@ import nbformat
 import pytest
 
 from helpers import config, timing
-from helpers.instructor import grading, notebooks, site
+from helpers.instructor import grading, learner_outputs, notebooks, site
 
 import blank_probe
 import regenerated as regenerated_course
@@ -136,6 +136,11 @@ def test_autograde_gives_solution_full_marks_and_every_test_fails_on_the_blank(r
     passing = blank_probe.tests_passing_on_the_blank(executed)
     assert not passing, "\n".join(passing)
     graded = blank_probe.without_probes(executed)
+    # the learner's own numbers, shown to the grader above a written answer (learner_outputs.py): not the solution's
+    shown = [c for c in graded.cells if c.metadata.get(learner_outputs.SHOWN)]
+    tagged = [c for c in source.cells if learner_outputs.TAG in c.metadata.get("tags", [])]
+    assert len(shown) == (1 if tagged else 0), "the cells tagged for the grader are shown once, above the written answer"
+    graded.cells = [c for c in graded.cells if not c.metadata.get(learner_outputs.SHOWN)]
     noisy = [c.metadata["nbgrader"]["grade_id"] for c in graded.cells
              if c.metadata.get("nbgrader", {}).get("grade") and any(o.get("name") == "stderr" for o in c.get("outputs", []))]
     assert not noisy, f"passing test cells wrote to stderr (nbgrader scores that as a failure): {noisy}"

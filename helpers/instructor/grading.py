@@ -8,7 +8,7 @@ or a scratch copy in tests) with its real sqlite gradebook.
     python -m helpers.instructor.grading autograde DAY             # grade submitted/*/DAY
     python -m helpers.instructor.grading scores DAY                # print each student's score
     python -m helpers.instructor.grading feedback DAY              # feedback/<student>/DAY/*.html
-    python -m helpers.instructor.grading export [grades.csv]       # every grade as CSV
+    python -m helpers.instructor.grade_table report DAY / export [grades.csv]   # scores and problems / every grade
 
 Every command works on a fresh clone, where the student notebooks are committed but the
 gradebook (kept out of git) does not exist yet: autograde first records the day in the
@@ -169,39 +169,21 @@ def _progress_lines(show: Callable[[str], None]) -> Callable[[str], None]:
     return line
 
 
-def report(assignment: str, course: Path = REPO) -> tuple[list[str], list[str]]:
-    """After an autograde: a line per student with their score, and a line per failure (a student not graded,
-    a cell a dead kernel or a time limit stopped)."""
-    import nbformat
+def feedback(assignment: str, course: Path = REPO, allow_ungraded: bool = False) -> list[Path]:
+    """HTML feedback for every autograded submission: feedback/<student>/<assignment>/<nb>.html.
 
-    submitted = sorted(p.parent.name for p in (course / "submitted").glob(f"*/{assignment}") if p.is_dir())
-    got = scores(assignment, course) if in_gradebook(assignment, course) else {}
-    lines, failures = [], []
-    for student in submitted:
-        graded = sorted((course / "autograded" / student / assignment).glob("*.ipynb"))
-        if student not in got or not graded:
-            failures.append(f"{student}: not graded (nbgrader's log above says why); their notebook is in submitted/")
-            continue
-        lines.append(f"{student}: {got[student].score:g} / {got[student].max_score:g}")
-        for path in graded:
-            failures += [f"{student}: {problem}" for problem in stops.stopped_cells(nbformat.read(path, as_version=4))]
-    return lines, failures
-
-
-def feedback(assignment: str, course: Path = REPO) -> list[Path]:
-    """HTML feedback for every autograded submission: feedback/<student>/<assignment>/<nb>.html."""
+    A written answer nobody has graded yet would read "0 points" in it: refused, naming the students,
+    unless ``allow_ungraded`` (the autograded part returned early, the written part said to be pending)."""
     _check_assignment(assignment, course)
     if not any((course / "autograded").glob(f"*/{assignment}")):
         raise GradingError(f"No autograded submission of {assignment} yet: run `make autograde DAY={assignment}` first.")
+    waiting = [] if allow_ungraded else ungraded(assignment, course)
+    if waiting:
+        raise GradingError(f"The written answers of {', '.join(waiting)} are not graded yet: their feedback would say 0 "
+                           "points. Grade them in the Formgrader (docs/instructors.md, 'Written answers'), or make the "
+                           f"feedback anyway with `make feedback DAY={assignment} ALLOW_UNGRADED=1`.")
     nbgrader("generate_feedback", assignment, "--force", course=course)
     return sorted((course / "feedback").glob(f"*/{assignment}/*.html"))
-
-
-def export_grades(csv_path: Path | None = None, course: Path = REPO) -> Path:
-    """Every student's grade on every assignment, as CSV (nbgrader export)."""
-    csv_path = Path(csv_path or course / "grades.csv").resolve()
-    nbgrader("export", f"--to={csv_path}", course=course)
-    return csv_path
 
 
 @dataclass(frozen=True)
@@ -227,6 +209,14 @@ def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
         return result
 
 
+def ungraded(assignment: str, course: Path = REPO) -> list[str]:
+    """The students whose submission of ``assignment`` still has a written answer to grade by hand."""
+    from nbgrader.api import Gradebook  # (seconds to import: only where the gradebook is read)
+
+    with Gradebook(f"sqlite:///{course / GRADEBOOK}") as gb:
+        return sorted(sub.student_id for sub in gb.assignment_submissions(assignment) if sub.needs_manual_grade)
+
+
 def cell_scores(assignment: str, student: str, course: Path = REPO) -> dict[str, float]:
     """Points per graded cell (by grade_id) of one student's autograded submission."""
     from nbgrader.api import Gradebook
@@ -241,14 +231,15 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m helpers.instructor.grading", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("generate").add_argument("assignment", nargs="?")
+    sub.add_parser("generate").add_argument("assignment", nargs="?", help="one day (3, 03, day03 or day03_build); none: every day")
     submit_cmd = sub.add_parser("submit")
     for arg in ("assignment", "student", "notebook"):
         submit_cmd.add_argument(arg)
     for name in ("autograde", "scores", "feedback"):
         sub.add_parser(name).add_argument("assignment")
     sub.choices["autograde"].add_argument("--student", help="grade this student only (the others keep their grades)")
-    sub.add_parser("export").add_argument("csv", nargs="?")
+    sub.choices["feedback"].add_argument("--allow-ungraded", action="store_true",
+                                         help="make feedback though written answers wait to be graded")
     args = parser.parse_args(argv)
     try:
         _run(args)
@@ -260,20 +251,19 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args) -> None:
     if args.command == "generate":
-        generate(args.assignment)
+        from .days import day_name  # (here: the one command of this module that reads a day as typed, make student DAY=3)
+
+        generate(day_name(args.assignment, assignments(REPO), "make student") if args.assignment else None, REPO)
     elif args.command == "submit":
         print(submit(REPO, args.assignment, args.student, Path(args.notebook)))
-    elif args.command == "autograde":
+    elif args.command == "autograde":  # the scores and problems follow: python -m helpers.instructor.grade_table report
         proc = autograde(args.assignment, student=args.student, progress=lambda line: print(line, flush=True), check=False)
-        lines, failures = report(args.assignment)
-        print("\n".join(["Scores (autograded points):", *lines] + (["Problems:", *failures] if failures else [])))
-        if proc.returncode != 0 and not lines:
-            raise GradingError(f"nbgrader autograde failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+        if proc.returncode != 0:
+            print(f"nbgrader autograde ended with status {proc.returncode}: the report says which students it could not "
+                  f"grade. Its log's end:\n{proc.stderr[-1500:]}")
     elif args.command == "feedback":
-        for path in feedback(args.assignment):
+        for path in feedback(args.assignment, allow_ungraded=args.allow_ungraded):
             print(path)
-    elif args.command == "export":
-        print(export_grades(Path(args.csv) if args.csv else None))
     else:
         for s in scores(args.assignment).values():
             print(f"{s.student}: {s.score:g} / {s.max_score:g}")
