@@ -33,7 +33,7 @@ UNTIMED_CHECKS = ("test_student_notebooks_are_exactly_what_the_sources_generate"
 # the longest autograde (Day 8's, which keeps one core busy itself for its one timed test).
 AUTOGRADE = "test_autograde_gives_solution_full_marks_and_every_test_fails_on_the_blank"
 LONGEST_FIRST = {
-    "tests/test_classroom.py": 95,
+    "tests/test_classroom.py": 155,
     f"{AUTOGRADE}[day08_tuning]": 165,
     f"{AUTOGRADE}[day11_capstone]": 130,
     f"{AUTOGRADE}[day14_transformers]": 112,
@@ -46,6 +46,7 @@ LONGEST_FIRST = {
     "tests/test_selfstudy.py": 69,
     f"{AUTOGRADE}[day04_benchmark]": 67,
     "tests/test_quantize.py": 65,
+    "tests/test_execute.py": 55,
     "tests/test_tuning.py": 60,
     f"{AUTOGRADE}[day06_export]": 59,
     "tests/test_transformer.py": 51,
