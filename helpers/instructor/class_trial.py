@@ -1,0 +1,123 @@
+"""A hostile class, graded before a real one: does grading survive what learners hand in, on your machine?
+
+    python -m helpers.instructor.class_trial day01_import day07_layouts day11_capstone   # (any days; 1, 07 ...)
+
+For each day, in a scratch copy of the course, the submissions a class really produces are made from the
+day's solution and its release: untouched (``blank``), the first half of the exercises done (``half``), an
+endless loop, an exception, a kernel killed (``os._exit``), memory exhausted, and a wrong answer behind an
+emptied test cell. They are graded as `make autograde` grades them, with its progress, report and
+feedback, and checked: every exercise's points as expected (a damaged exercise 0, the others whole, a
+written answer "to be graded"), feedback for everyone and no line of a hidden test in it, and every
+problem said in one line. Exits 1 on any difference. ``TVM_COURSE_QUICK=1`` grades at the suite's sizes.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+
+from . import exercises, grade_table, grading
+from .days import day_name
+from .feedback_hidden import hidden_test_lines, shown
+
+LOOP = "while True:\n    pass"
+CRASH = "raise RuntimeError('a bug in the learner code')"
+KILL = "import os\nos._exit(1)"
+HOG = "hog = []\nwhile True:\n    hog.append(bytearray(10**8))"
+
+
+def _graded(nb: nbformat.NotebookNode) -> list[exercises.Exercise]:
+    """The exercises a machine grades, in order."""
+    return [ex for ex in exercises.read(nb) if ex.tests and not ex.manual]
+
+
+def _with(nb: nbformat.NotebookNode, grade_id: str, source: str) -> nbformat.NotebookNode:
+    nb = copy.deepcopy(nb)
+    next(c for c in nb.cells if exercises.grader(c).get("grade_id") == grade_id).source = source
+    return nb
+
+
+def submissions(solution: nbformat.NotebookNode, release: nbformat.NotebookNode) -> dict[str, tuple[nbformat.NotebookNode, set[int]]]:
+    """student -> (their notebook, the exercises it damaged)."""
+    auto = _graded(solution)
+    everything = {ex.number for ex in auto}
+    first, middle, last = auto[0], auto[len(auto) // 2], auto[-1]
+    stub = {exercises.grader(c)["grade_id"]: c.source for c in release.cells if exercises.grader(c).get("solution")}
+    half = copy.deepcopy(release)
+    done = {ex.number for ex in auto[: max(1, len(auto) // 2)]}
+    solved = {g for ex in auto if ex.number in done for g in ex.solutions}
+    for cell in half.cells:
+        if exercises.grader(cell).get("grade_id") in solved:
+            cell.source = next(c.source for c in solution.cells if exercises.grader(c).get("grade_id") == exercises.grader(cell)["grade_id"])
+    wrong = _with(solution, first.solutions[0], stub[first.solutions[0]])
+    return {
+        "blank": (release, everything),
+        "half": (half, everything - done),
+        "loops": (_with(solution, last.solutions[0], LOOP), {last.number}),
+        "crashes": (_with(solution, first.solutions[0], CRASH), {first.number}),
+        "kills_kernel": (_with(solution, middle.solutions[0], KILL), {middle.number}),
+        "eats_memory": (_with(solution, middle.solutions[0], HOG), {middle.number}),
+        "edits_tests": (_with(wrong, first.tests[0], "pass"), {first.number}),
+    }
+
+
+def expected_points(solution: nbformat.NotebookNode, damaged: set[int]) -> dict[str, float | None]:
+    """Exercise label (as grade_table names it) -> points: 0 where damaged, whole elsewhere, None if written."""
+    return {f"Exercise {ex.number}{grade_table.WRITTEN if ex.manual else ''}":
+            None if ex.manual else 0.0 if ex.number in damaged else float(ex.points)
+            for ex in exercises.read(solution) if ex.tests or ex.manual}
+
+
+def trial(day: str, root: Path, cell_timeout: int) -> list[str]:
+    """Grade a hostile class on ``day`` in ``root``; the differences from what is expected (none: it held)."""
+    course = grading.scratch_course(root / day, [day])
+    grading.generate(day, course)
+    solution = nbformat.read(course / grading.SOURCE / day / f"{day}.ipynb", as_version=4)
+    release = nbformat.read(course / grading.RELEASE / day / f"{day}.ipynb", as_version=4)
+    cases = submissions(solution, release)
+    for student, (nb, _) in cases.items():
+        nbformat.write(nb, course / f"{student}.ipynb")
+        grading.submit(course, day, student, course / f"{student}.ipynb")
+    begun = time.monotonic()
+    grading.autograde(day, course, cell_timeout=cell_timeout, check=False, progress=lambda line: print("  " + line, flush=True))
+    lines, problems = grade_table.report(day, course)
+    print(f"{day}: graded in {time.monotonic() - begun:.0f} s\n" + "\n".join(["Scores:", *lines, "Problems:", *problems]), flush=True)
+    wrong = []
+    rows = {row.student: row for row in grade_table.rows(day, course)}
+    for student, (_, damaged) in cases.items():
+        want = expected_points(solution, damaged)
+        got = rows[student].points if student in rows else {}
+        if {label: got.get(label, 0.0) for label in want} != want:
+            wrong.append(f"{day} {student}: points {got}, expected {want}")
+    pages = {p.parts[-3]: p.read_text() for p in grading.feedback(day, course, allow_ungraded=True)}
+    wrong += [f"{day} {student}: no feedback" for student in cases if student not in pages]
+    hidden = hidden_test_lines(solution)
+    wrong += [f"{day} {student}: feedback shows {len(found)} hidden-test lines" for student, text in pages.items()
+              if (found := shown(text, hidden))]
+    for student, expect in (("loops", "ran past"), ("kills_kernel", "the kernel died")):
+        if not any(p.startswith(f"{student}: ") and expect in p for p in problems):
+            wrong.append(f"{day} {student}: no problem line saying '{expect}'")
+    return wrong
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse  # (the command line only)
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.instructor.class_trial", description=__doc__.splitlines()[0])
+    parser.add_argument("days", nargs="+", help="days as make check reads them: 1, 07, day11_capstone")
+    parser.add_argument("--cell-timeout", type=int, default=120, help="seconds a cell may run (the class's is 300)")
+    args = parser.parse_args(argv)
+    names = [day_name(d, grading.assignments(), "class_trial") for d in args.days]
+    with tempfile.TemporaryDirectory(prefix="class-trial-") as root:
+        wrong = [w for name in names for w in trial(name, Path(root), args.cell_timeout)]
+    print("\n".join(["DIFFERENCES:", *wrong]) if wrong else f"Every score, feedback and problem line as expected on {', '.join(names)}.")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
