@@ -4,11 +4,13 @@ never typed; the instructor's handout gives no answer away; reference values pri
 import json
 import re
 import shutil
+import subprocess
 import tarfile
 
 import pytest
 
 from helpers import reference
+from helpers.errors import GradingError
 from helpers.instructor import grading, handout, readme
 
 REPO = grading.REPO
@@ -55,22 +57,71 @@ def test_render_replaces_blocks_inline_and_on_their_own_lines():
         readme.render(text, {"x": "new"})
 
 
-def test_the_handout_holds_no_solution_and_no_hidden_test(tmp_path):
-    path = handout.build(out=tmp_path / "handout.tar.gz")
+def _unpacked(path, into):
     with tarfile.open(path) as archive:
         names = archive.getnames()
-        archive.extractall(tmp_path / "out", filter="data")
+        archive.extractall(into, filter="data")
+    return names
+
+
+def _what_a_learner_is_told_is_true(folder):
+    """The handout's README offers only what a handout can do, and every file it links is in the handout."""
+    text = (folder / "README.md").read_text()
+    for untrue in ("make test", "make check", "`solutions/`", "holds the solutions", "self-study is on your"):
+        assert untrue not in text, f"the handout's README says {untrue!r}"
+    assert "make lab" in text and "neither the solutions nor the hidden tests" in text
+    links = [link for link in re.findall(r"\]\(([^)#]+)\)", text) if not link.startswith("http")]
+    assert links and all((folder / link).exists() for link in links), [link for link in links if not (folder / link).exists()]
+    proc = subprocess.run(["make", "-s", "test"], cwd=folder, capture_output=True, text=True)
+    assert proc.returncode != 0 and "a class handout does not hold" in proc.stderr, proc.stderr
+    return text
+
+
+def test_the_handout_holds_no_solution_and_no_hidden_test(tmp_path):
+    path = handout.build(out=tmp_path / "handout.tar.gz")
+    names = _unpacked(path, tmp_path / "out")
     root = f"{handout.NAME}/"
     assert f"{root}notebooks/day00_environment/day00_environment.ipynb" in names
     assert f"{root}helpers/instructor/selfstudy.py" in names and f"{root}Makefile" in names
     assert not any(n.startswith((f"{root}solutions", f"{root}tests")) for n in names)
     assert handout.given_away(tmp_path / "out" / handout.NAME) == []  # no hidden-test line in any file
+    text = _what_a_learner_is_told_is_true(tmp_path / "out" / handout.NAME)
+    assert all(f"(notebooks/{day}/{day}.ipynb)" in text for day in grading.assignments())
     # the check finds what it looks for: a hidden test anywhere, a file a learner does not read included
     planted = tmp_path / "planted" / "helpers" / "instructor"
     planted.mkdir(parents=True)
     shutil.copy(REPO / grading.SOURCE / "day00_environment" / "day00_environment.ipynb", planted / "notes.ipynb")
     found = handout.given_away(tmp_path / "planted")
     assert len(found) > 20 and all(f.startswith("helpers/instructor/notes.ipynb: a line of a hidden test") for f in found)
+
+
+def test_a_days_handout_holds_that_days_notebook_and_all_it_needs(tmp_path, capsys):
+    """`make handout DAY=3`: Day 3's notebook, the helpers, results, README and Makefile; no other day's notebook."""
+    day = "day03_build"
+    path = handout.build(out=tmp_path / "day.tar.gz", day=day)
+    names = _unpacked(path, tmp_path / "out")
+    root = f"{handout.NAME}-{day}/"
+    notebooks = sorted(n for n in names if n.endswith(".ipynb"))
+    assert notebooks == [f"{root}notebooks/{day}/{day}.ipynb"], notebooks
+    for needed in ("helpers/instructor/selfstudy.py", "helpers/build.py", "Makefile", "README.md", "notebooks/GLOSSARY.md",
+                   "results/README.md", "requirements.txt", "pyproject.toml"):
+        assert f"{root}{needed}" in names, needed
+    folder = tmp_path / "out" / f"{handout.NAME}-{day}"
+    assert handout.given_away(folder) == []
+    text = _what_a_learner_is_told_is_true(folder)
+    assert "day00_environment" not in text and "about 36 hours" not in text
+    assert "| 3 | [Build" in text and "2 hours, the one day this handout holds" in text
+    # the command refuses a day the course does not have, in one line
+    assert handout.main(["16"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: There is no day '16'") and "make handout DAY=3" in err and err.count("\n") == 1, err
+    shown = subprocess.run(["make", "-n", "handout", "DAY=3"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    assert shown.splitlines()[-1].endswith("helpers.instructor.handout 3"), shown
+
+
+def test_a_readme_the_handout_cannot_rewrite_is_refused():
+    with pytest.raises(GradingError, match="REWRITES"):
+        handout.readme((REPO / "README.md").read_text().replace("## Two commands", "## Two commands to start"))
 
 
 def test_reference_values_print_beside_the_learners(tmp_path, monkeypatch):
