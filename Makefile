@@ -13,7 +13,7 @@ LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
 # nbgrader runs `alembic` to create a gradebook: the environment's bin must be on PATH.
 export PATH := $(BIN):$(PATH)
 
-.PHONY: env browser proxy hub lab check test site benchmark capstone databases student handout readme outputs submit autograde feedback grades clean-env
+.PHONY: env browser proxy hub lab check test site benchmark capstone databases student handout readme outputs submit import autograde feedback grades formgrader clean-env
 
 env: $(READY) $(LAB_SETTINGS)
 
@@ -56,8 +56,14 @@ check: env
 # TVM_COURSE_QUICK shrinks heavy work (repeats, sweeps, tuning budgets) to a reduced but real size.
 # Two phases (tests/run_suite.py): what times nothing on two workers, then the timed tests alone.
 # make test DAY=7 runs one day's checks alone (tests/one_day.py); make test alone, the whole suite.
+# A class's handout (make handout) has no tests/: there make test says so, before installing anything.
+ifeq ($(wildcard tests/run_suite.py),)
+test:
+	@echo "make test runs the course's test suite, which a class handout does not hold (its tests read the solutions): run the test cells in each notebook to check your work" >&2; exit 1
+else
 test: env browser proxy
 	$(BIN)/python tests/run_suite.py $(if $(DAY),--day $(DAY)) $(PYTEST_ARGS)
+endif
 
 # The course as a static website in build/site/html (helpers/instructor/site.py): every day executed
 # once at full size (cached), solutions and hidden tests stripped; SITE_ARGS=--quick for CI's sizes.
@@ -81,13 +87,15 @@ capstone: env
 databases: env
 	$(BIN)/python -m helpers.databases list
 
-# Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment).
+# Regenerate the student notebooks from the instructor sources (nbgrader generate_assignment): every day, or
+# DAY=3 (03, day03, day03_build: as make check reads it) that day only.
 student: env
-	$(BIN)/python -m helpers.instructor.grading generate
+	$(BIN)/python -m helpers.instructor.grading generate $(DAY)
 
-# The course without solutions/ and tests/, for a class: build/handout/tvm-course-handout.tar.gz
+# The course without solutions/ and tests/, for a class: build/handout/tvm-course-handout.tar.gz; DAY=3 holds
+# that day's notebook only (build/handout/tvm-course-handout-day03_build.tar.gz).
 handout: env
-	$(BIN)/python -m helpers.instructor.handout
+	$(BIN)/python -m helpers.instructor.handout $(DAY)
 
 # The README's and docs/instructors.md's generated parts (the answer from results/, the days, their times, the exercises)
 readme: env
@@ -103,15 +111,25 @@ outputs: env
 submit: env
 	$(call need,DAY,DAY=day01_import STUDENT=ada NB=path/to/ada.ipynb)$(call need,STUDENT,DAY=$(DAY) STUDENT=ada NB=path/to/ada.ipynb)$(call need,NB,DAY=$(DAY) STUDENT=$(STUDENT) NB=path/to/notebook.ipynb)
 	$(BIN)/python -m helpers.instructor.grading submit $(DAY) $(STUDENT) $(NB)
+# A class's submissions downloaded from Canvas or Moodle (the zip, or its folder): the roster, each notebook filed as
+# make submit files it, and each one's time, for due dates: make import DAY=1 FROM=download.zip [TIMES=times.csv] [DUE='2026-03-02 23:59 Europe/Berlin']
+import: env
+	$(call need,DAY,DAY=1 FROM=path/to/download.zip)$(call need,FROM,DAY=$(DAY) FROM=path/to/download.zip)
+	$(BIN)/python -m helpers.instructor.lms_import import $(DAY) "$(FROM)" $(if $(TIMES),--times "$(TIMES)") $(if $(DUE),--due "$(DUE)")
 # Progress as it grades, then every student's score and a line per problem; STUDENT=ada grades one student.
 autograde: env
 	$(call need,DAY,DAY=day01_import)
 	$(BIN)/python -m helpers.instructor.grading autograde $(DAY) $(if $(STUDENT),--student $(STUDENT))
+	$(BIN)/python -m helpers.instructor.grade_table report $(DAY)
 feedback: env
 	$(call need,DAY,DAY=day01_import)
-	$(BIN)/python -m helpers.instructor.grading feedback $(DAY)
+	$(BIN)/python -m helpers.instructor.grading feedback $(DAY) $(if $(ALLOW_UNGRADED),--allow-ungraded)
 grades: env
-	$(BIN)/python -m helpers.instructor.grading export grades.csv
+	$(BIN)/python -m helpers.instructor.grade_table export grades.csv
+
+# The Formgrader on this machine, off the hub: grade Day 11's written answers (docs/instructors.md, "Written answers").
+formgrader: env
+	$(BIN)/jupyter lab --ServerApp.root_dir=. --ServerApp.default_url=/formgrader $(AS_ROOT) $(LAB_ARGS)
 
 # JupyterHub for a class on this machine (README, "A class on JupyterHub"). configurable-http-proxy,
 # pinned in hub/package.json and hub/package-lock.json, goes into hub/node_modules (not in git).
