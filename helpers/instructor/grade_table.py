@@ -87,7 +87,7 @@ def rows(day: str, course: Path = REPO) -> list[Row]:
                 for grade in nb.grades:
                     label = owner.get(grade.name, grade.name)
                     most[label] = most.get(label, 0.0) + float(grade.max_score)
-                    if grade.needs_manual_grade or (label.endswith(WRITTEN) and grade.manual_score is None):
+                    if label.endswith(WRITTEN) and grade.needs_manual_grade:  # (a test cell's, e.g. deleted: its 0)
                         points[label] = None
                     elif points.get(label, 0.0) is not None:
                         points[label] = points.get(label, 0.0) + float(grade.score)

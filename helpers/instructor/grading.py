@@ -210,11 +210,13 @@ def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
 
 
 def ungraded(assignment: str, course: Path = REPO) -> list[str]:
-    """The students whose submission of ``assignment`` still has a written answer to grade by hand."""
+    """The students whose submission of ``assignment`` still has a written answer to grade by hand (a test cell
+    the learner deleted also waits for a look in nbgrader's eyes, but it scores 0 whatever: not counted)."""
     from nbgrader.api import Gradebook  # (seconds to import: only where the gradebook is read)
 
     with Gradebook(f"sqlite:///{course / GRADEBOOK}") as gb:
-        return sorted(sub.student_id for sub in gb.assignment_submissions(assignment) if sub.needs_manual_grade)
+        return sorted(sub.student_id for sub in gb.assignment_submissions(assignment)
+                      if any(g.needs_manual_grade and g.cell_type == "markdown" for nb in sub.notebooks for g in nb.grades))
 
 
 def cell_scores(assignment: str, student: str, course: Path = REPO) -> dict[str, float]:
