@@ -102,6 +102,7 @@ def trial(day: str, root: Path, cell_timeout: int) -> list[str]:
     for student, expect in (("loops", "ran past"), ("kills_kernel", "the kernel died")):
         if not any(p.startswith(f"{student}: ") and expect in p for p in problems):
             wrong.append(f"{day} {student}: no problem line saying '{expect}'")
+    print(f"{day}: " + ("as expected" if not wrong else "DIFFERENT:\n" + "\n".join(wrong)), flush=True)
     return wrong
 
 
