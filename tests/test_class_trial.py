@@ -29,7 +29,10 @@ def test_every_kind_of_student_damages_what_it_says_and_nothing_else(day):
             assert changed == [marker] and len(damaged) == 1, student
 
 
-def test_a_written_answer_is_expected_to_wait_for_the_instructor():
-    solution, _ = _day("day11_capstone")
+def test_a_written_answer_is_expected_to_wait_for_the_instructor_unless_left_as_released():
+    solution, release = _day("day11_capstone")
     expected = class_trial.expected_points(solution, damaged={1})
     assert expected["Exercise 1"] == 0 and expected["Exercise 2"] == 2 and expected["Exercise 3 (written)"] is None
+    assert class_trial.expected_points(solution, damaged=set(), answered=False)["Exercise 3 (written)"] == 0
+    cases = class_trial.submissions(solution, release)
+    assert [s for s, (nb, _) in cases.items() if not class_trial._answered(nb, release)] == ["blank", "half"]

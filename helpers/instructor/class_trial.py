@@ -66,11 +66,18 @@ def submissions(solution: nbformat.NotebookNode, release: nbformat.NotebookNode)
     }
 
 
-def expected_points(solution: nbformat.NotebookNode, damaged: set[int]) -> dict[str, float | None]:
-    """Exercise label (as grade_table names it) -> points: 0 where damaged, whole elsewhere, None if written."""
+def expected_points(solution: nbformat.NotebookNode, damaged: set[int], answered: bool = True) -> dict[str, float | None]:
+    """Exercise label (as grade_table names it) -> points: 0 where damaged, whole elsewhere; a written answer None
+    (to be graded) where ``answered``, 0 where left as released (nbgrader scores an untouched answer 0)."""
     return {f"Exercise {ex.number}{grade_table.WRITTEN if ex.manual else ''}":
-            None if ex.manual else 0.0 if ex.number in damaged else float(ex.points)
+            (None if answered else 0.0) if ex.manual else 0.0 if ex.number in damaged else float(ex.points)
             for ex in exercises.read(solution) if ex.tests or ex.manual}
+
+
+def _answered(nb: nbformat.NotebookNode, release: nbformat.NotebookNode) -> bool:
+    """Whether a submission's written answers differ from the release's (the learner wrote something)."""
+    written = lambda book: [c.source for c in book.cells if c.cell_type == "markdown" and exercises.grader(c).get("solution")]
+    return written(nb) != written(release)
 
 
 def trial(day: str, root: Path, cell_timeout: int) -> list[str]:
@@ -89,8 +96,8 @@ def trial(day: str, root: Path, cell_timeout: int) -> list[str]:
     print(f"{day}: graded in {time.monotonic() - begun:.0f} s\n" + "\n".join(["Scores:", *lines, "Problems:", *problems]), flush=True)
     wrong = []
     rows = {row.student: row for row in grade_table.rows(day, course)}
-    for student, (_, damaged) in cases.items():
-        want = expected_points(solution, damaged)
+    for student, (nb, damaged) in cases.items():
+        want = expected_points(solution, damaged, _answered(nb, release))
         got = rows[student].points if student in rows else {}
         if {label: got.get(label, 0.0) for label in want} != want:
             wrong.append(f"{day} {student}: points {got}, expected {want}")
