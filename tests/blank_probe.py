@@ -28,9 +28,13 @@ PROBE = "course_blank_probe"
 def bound_names(source: str) -> set[str]:
     """Names a cell binds at top level (assignments, definitions, imports, loop and with targets)."""
     try:
-        tree = ast.parse(source)
+        return bound_in(ast.parse(source).body)
     except SyntaxError:
         return set()
+
+
+def bound_in(statements: list[ast.stmt]) -> set[str]:
+    """Names ``statements`` bind at top level: ``bound_names`` of parsed code."""
     names: set[str] = set()
     scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda,
               ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
@@ -48,7 +52,7 @@ def bound_names(source: str) -> set[str]:
         for child in ast.iter_child_nodes(node):
             visit(child)
 
-    for statement in tree.body:
+    for statement in statements:
         visit(statement)
     return names
 

@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 
 from helpers.errors import GradingError
-from helpers.instructor import selfstudy
+from helpers.instructor import days
+from helpers.instructor.grading import assignments
 
 REPO = Path(__file__).resolve().parent.parent
 TESTS = REPO / "tests"
@@ -33,11 +34,9 @@ class UnknownDay(ValueError):
 def day_name(day: str) -> str:
     """The day's folder name from ``7``, ``07``, ``day07`` or ``day07_layouts``, as ``make check`` reads them."""
     try:
-        return selfstudy.day_name(day, REPO)
-    except GradingError:
-        known = ", ".join(sorted(p.name for p in (REPO / "solutions").iterdir() if p.name.startswith("day")))
-        raise UnknownDay(f"make test: there is no day {day!r}. Give its number (make test DAY=7) or its name "
-                         f"({known}); `make test` alone runs the whole suite.") from None
+        return days.day_name(day, assignments(REPO), "make test")
+    except GradingError as err:
+        raise UnknownDay(f"make test: {err} `make test` alone runs the whole suite.") from None
 
 
 def index(root: Path = REPO) -> dict[str, set[int]]:

@@ -17,7 +17,7 @@ import ast
 
 import nbformat
 
-from blank_probe import bound_names
+from blank_probe import bound_in
 from helpers.instructor import exercises
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -103,7 +103,7 @@ def _block_reads(body: list[ast.stmt], bound: set[str]) -> set[str]:
                 free |= _block_reads(handler.body, bound | ({handler.name} if handler.name else set()))
         else:
             free |= _loaded(statement) - bound
-        bound |= bound_names(ast.unparse(statement))
+        bound |= bound_in([statement])
     return free
 
 
@@ -115,11 +115,11 @@ def statements(source: str) -> list[tuple[set[str], set[str], set[str]]]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    everything = bound_names(source)
+    everything = bound_in(tree.body)
     found, bound = [], set()
     for statement in tree.body:
         deferred = isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-        binds = bound_names(ast.unparse(statement))
+        binds = bound_in([statement])
         found.append((_block_reads([statement], set(bound)) - (everything if deferred else set()), binds,
                       set() if deferred else mutated(statement) - binds))
         bound |= binds
@@ -138,7 +138,7 @@ def handed_names(stub: str) -> set[str]:
         if isinstance(statement, ast.Raise):
             break
         if not any(isinstance(node, ast.Raise) for node in ast.walk(statement)):
-            handed |= bound_names(ast.unparse(statement))
+            handed |= bound_in([statement])
     return handed
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from helpers.instructor import grade_table, grading
+from helpers.instructor import class_trial, grade_table, grading
 from helpers.instructor.feedback_hidden import MARK, hidden_test_lines, shown
 
 DAY = "day00_environment"
@@ -82,16 +82,9 @@ def submissions(solution, blank) -> dict[str, tuple[object, dict[str, float]]]:
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    course = grading.scratch_course(tmp_path_factory.mktemp("class"), [DAY])
-    grading.generate(DAY, course)
-    solution = nbformat.read(course / grading.SOURCE / DAY / f"{DAY}.ipynb", as_version=4)
-    blank = nbformat.read(course / grading.RELEASE / DAY / f"{DAY}.ipynb", as_version=4)
+    course, solution, blank = class_trial.scratch_class(DAY, tmp_path_factory.mktemp("class"))
     cases = submissions(solution, blank)
-    scratch = course / "incoming"
-    scratch.mkdir()
-    for student, (nb, _) in cases.items():
-        nbformat.write(nb, scratch / f"{student}.ipynb")
-        grading.submit(course, DAY, student, scratch / f"{student}.ipynb")
+    class_trial.hand_in(course, DAY, {student: nb for student, (nb, _) in cases.items()})
     shown = []
     (course / "autograde.log").write_text(grading.autograde(DAY, course, cell_timeout=20, progress=shown.append).stderr)
     (course / "progress.log").write_text("\n".join(shown))

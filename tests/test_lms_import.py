@@ -98,7 +98,7 @@ def test_a_canvas_zip_and_a_moodle_folder_are_graded_with_their_due_date(course,
 
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / grading.GRADEBOOK}", "tvm-course") as gb:
+    with Gradebook(grading.gradebook_url(course), "tvm-course") as gb:
         assert gb.find_assignment(DAY).duedate == datetime(2026, 3, 2, 12, 0)
         roster = {s.id: (s.first_name, s.last_name, s.lms_user_id) for s in gb.students}
         got = {sub.student_id: (sub.score, sub.late_submission_penalty) for sub in gb.assignment_submissions(DAY)}

@@ -19,13 +19,13 @@ def test_a_day_is_named_as_make_check_names_it(spelling):
 
 @pytest.mark.parametrize("spelling", ["99", "day3x", "build", ""])
 def test_an_unknown_day_is_refused_with_the_days_there_are(spelling):
-    with pytest.raises(one_day.UnknownDay, match=r"make test DAY=7.*day07_layouts"):
+    with pytest.raises(one_day.UnknownDay, match=r"make test DAY=3.*day07_layouts.*alone runs the whole suite"):
         one_day.day_name(spelling)
 
 
 def test_make_test_with_an_unknown_day_says_so_and_runs_nothing(capsys):
     assert run_suite.main(["--day", "42"]) == run_suite.UNKNOWN_DAY
-    assert "there is no day '42'" in capsys.readouterr().err
+    assert "There is no day '42'" in capsys.readouterr().err
     assert run_suite.main(["--day"]) == run_suite.UNKNOWN_DAY
 
 

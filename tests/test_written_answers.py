@@ -115,7 +115,7 @@ def test_the_formgrader_runs_off_the_hub_and_shows_the_rubric_the_numbers_and_th
 def test_once_graded_as_the_formgrader_records_it_every_total_is_there(course, tmp_path):
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / grading.GRADEBOOK}") as gb:
+    with Gradebook(grading.gradebook_url(course)) as gb:
         grade = gb.find_grade("written", DAY, DAY, "ada")
         grade.manual_score, grade.needs_manual_grade = 2, False  # what the Formgrader's save does
         gb.db.commit()

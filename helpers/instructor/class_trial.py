@@ -36,9 +36,13 @@ def _graded(nb: nbformat.NotebookNode) -> list[exercises.Exercise]:
     return [ex for ex in exercises.read(nb) if ex.tests and not ex.manual]
 
 
+def _cell(nb: nbformat.NotebookNode, grade_id: str) -> nbformat.NotebookNode:
+    return next(c for c in nb.cells if exercises.grader(c).get("grade_id") == grade_id)
+
+
 def _with(nb: nbformat.NotebookNode, grade_id: str, source: str) -> nbformat.NotebookNode:
     nb = copy.deepcopy(nb)
-    next(c for c in nb.cells if exercises.grader(c).get("grade_id") == grade_id).source = source
+    _cell(nb, grade_id).source = source
     return nb
 
 
@@ -47,17 +51,13 @@ def submissions(solution: nbformat.NotebookNode, release: nbformat.NotebookNode)
     auto = _graded(solution)
     everything = {ex.number for ex in auto}
     first, middle, last = auto[0], auto[len(auto) // 2], auto[-1]
-    stub = {exercises.grader(c)["grade_id"]: c.source for c in release.cells if exercises.grader(c).get("solution")}
-    half = copy.deepcopy(release)
-    done = {ex.number for ex in auto[: max(1, len(auto) // 2)]}
-    solved = {g for ex in auto if ex.number in done for g in ex.solutions}
-    for cell in half.cells:
-        if exercises.grader(cell).get("grade_id") in solved:
-            cell.source = next(c.source for c in solution.cells if exercises.grader(c).get("grade_id") == exercises.grader(cell)["grade_id"])
-    wrong = _with(solution, first.solutions[0], stub[first.solutions[0]])
+    half, done = release, auto[: max(1, len(auto) // 2)]
+    for grade_id in (g for ex in done for g in ex.solutions):
+        half = _with(half, grade_id, _cell(solution, grade_id).source)
+    wrong = _with(solution, first.solutions[0], _cell(release, first.solutions[0]).source)
     return {
         "blank": (release, everything),
-        "half": (half, everything - done),
+        "half": (half, everything - {ex.number for ex in done}),
         "loops": (_with(solution, last.solutions[0], LOOP), {last.number}),
         "crashes": (_with(solution, first.solutions[0], CRASH), {first.number}),
         "kills_kernel": (_with(solution, middle.solutions[0], KILL), {middle.number}),
@@ -80,16 +80,28 @@ def _answered(nb: nbformat.NotebookNode, release: nbformat.NotebookNode) -> bool
     return written(nb) != written(release)
 
 
+def scratch_class(day: str, folder: Path) -> tuple[Path, nbformat.NotebookNode, nbformat.NotebookNode]:
+    """A course of ``day`` alone in ``folder``, released: (the course, its solution, its release)."""
+    course = grading.scratch_course(folder, [day])
+    grading.generate(day, course)
+    read = lambda where: nbformat.read(course / where / day / f"{day}.ipynb", as_version=4)
+    return course, read(grading.SOURCE), read(grading.RELEASE)
+
+
+def hand_in(course: Path, day: str, notebooks: dict[str, nbformat.NotebookNode]) -> None:
+    """Each student's notebook submitted to ``day``, as `make submit` files a collected one."""
+    incoming = course / "incoming"
+    incoming.mkdir(exist_ok=True)
+    for student, nb in notebooks.items():
+        nbformat.write(nb, incoming / f"{student}.ipynb")
+        grading.submit(course, day, student, incoming / f"{student}.ipynb")
+
+
 def trial(day: str, root: Path, cell_timeout: int) -> list[str]:
     """Grade a hostile class on ``day`` in ``root``; the differences from what is expected (none: it held)."""
-    course = grading.scratch_course(root / day, [day])
-    grading.generate(day, course)
-    solution = nbformat.read(course / grading.SOURCE / day / f"{day}.ipynb", as_version=4)
-    release = nbformat.read(course / grading.RELEASE / day / f"{day}.ipynb", as_version=4)
+    course, solution, release = scratch_class(day, root / day)
     cases = submissions(solution, release)
-    for student, (nb, _) in cases.items():
-        nbformat.write(nb, course / f"{student}.ipynb")
-        grading.submit(course, day, student, course / f"{student}.ipynb")
+    hand_in(course, day, {student: nb for student, (nb, _) in cases.items()})
     begun = time.monotonic()
     grading.autograde(day, course, cell_timeout=cell_timeout, check=False, progress=lambda line: print("  " + line, flush=True))
     lines, problems = grade_table.report(day, course)

@@ -33,6 +33,7 @@ from traitlets import Integer
 
 from .stops import KERNEL_DIED, NOT_RUN, PROGRESS
 
+
 def error(ename: str, evalue: str) -> NotebookNode:
     """An error output as nbgrader scores and feedback shows one (red name, then the message)."""
     return NotebookNode(output_type="error", ename=ename, evalue=evalue, traceback=[f"\x1b[0;31m{ename}\x1b[0m: {evalue}"])
@@ -52,8 +53,8 @@ class CourseExecute(Execute):
         self._started = time.monotonic()
         who = (resources or {}).get("nbgrader", {})
         self._who = f"{who.get('student', '?')}/{who.get('assignment', '?')}"
-        self.error_on_timeout = {"ename": "CellTimeoutError", "evalue": self.timeout_message(),
-                                 "traceback": [f"\x1b[0;31mCellTimeoutError\x1b[0m: {self.timeout_message()}"]}
+        # (nbclient makes the timed-out cell's error output from this dict: the output's fields but its type)
+        self.error_on_timeout = {k: v for k, v in error("CellTimeoutError", self.timeout_message()).items() if k != "output_type"}
         return super().preprocess(nb, resources, km)
 
     def timeout_message(self) -> str:

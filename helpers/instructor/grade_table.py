@@ -19,7 +19,7 @@ import nbformat
 
 from ..errors import GradingError
 from . import exercises, stops
-from .grading import REPO, SOURCE, assignments, in_gradebook
+from .grading import GRADEBOOK, REPO, SOURCE, assignments, gradebook_url, in_gradebook
 
 TO_BE_GRADED = "to be graded"
 WRITTEN = " (written)"  # the end of a written exercise's label: an instructor grades it
@@ -59,9 +59,8 @@ class Row:
         return f"{self.student}: {got:g} / {most:g} autograded{written}{late}{total}"
 
 
-
 def _exercise_of_cells(day: str, course: Path) -> dict[str, str]:
-    """Each graded cell's grade_id -> its exercise's label, from the day's source."""
+    """Each graded cell's grade_id -> its exercise's label, from the day's source, in the exercises' order."""
     nb = nbformat.read(course / SOURCE / day / f"{day}.ipynb", as_version=4)
     owner = {}
     for ex in exercises.read(nb):
@@ -79,7 +78,7 @@ def rows(day: str, course: Path = REPO) -> list[Row]:
 
     owner = _exercise_of_cells(day, course)
     found = []
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(course)) as gb:
         for sub in gb.assignment_submissions(day):
             points: dict[str, float | None] = {}
             most: dict[str, float] = {}
@@ -91,7 +90,9 @@ def rows(day: str, course: Path = REPO) -> list[Row]:
                         points[label] = None
                     elif points.get(label, 0.0) is not None:
                         points[label] = points.get(label, 0.0) + float(grade.score)
-            found.append(Row(sub.student_id, day, dict(sorted(points.items())), dict(sorted(most.items())),
+            order = [*dict.fromkeys(owner.values()), *sorted(set(most) - set(owner.values()))]
+            found.append(Row(sub.student_id, day, {label: points[label] for label in order if label in points},
+                             {label: most[label] for label in order if label in most},
                              float(sub.late_submission_penalty or 0.0)))
     return sorted(found, key=lambda r: r.student)
 
@@ -100,11 +101,10 @@ def write_csv(path: Path, course: Path = REPO) -> Path:
     """Every grade of every student, a row per student and a column per day's exercise, then the day's total
     (empty while a written answer waits) and its late penalty where there is one: what a learning platform
     imports as a gradebook."""
-    by_day = {day: rows(day, course) for day in assignments(course)} if (course / "gradebook.db").exists() else {}
+    by_day = {day: rows(day, course) for day in assignments(course)} if (course / GRADEBOOK).exists() else {}
     columns: list[tuple[str, str]] = []  # (day, what)
     for day, graded in by_day.items():
-        labels = sorted({label for row in graded for label in row.max_points},
-                        key=lambda l: (int(l.split()[1]) if l.split()[1:2] and l.split()[1].isdigit() else 999, l))
+        labels = list(dict.fromkeys(label for row in graded for label in row.max_points))  # in the exercises' order
         most = {label: max(row.max_points[label] for row in graded if label in row.max_points) for label in labels}
         columns += [(day, f"{label} ({most[label]:g})") for label in labels] + ([(day, "total")] if graded else [])
         columns += [(day, "late penalty")] if any(row.late_penalty for row in graded) else []

@@ -69,7 +69,8 @@ def scratch_course(dest: Path, names: list[str] | None = None, origin: Path = RE
     return dest
 
 
-def _gradebook_url(course: Path) -> str:
+def gradebook_url(course: Path) -> str:
+    """The course's sqlite gradebook as nbgrader's Gradebook and --db take it."""
     return f"sqlite:///{(course / GRADEBOOK).resolve()}"
 
 
@@ -85,7 +86,7 @@ def in_gradebook(assignment: str, course: Path = REPO) -> bool:
         return False  # (opening a missing gradebook would create it)
     from nbgrader.api import Gradebook, MissingEntry
 
-    with Gradebook(_gradebook_url(course)) as gb:
+    with Gradebook(gradebook_url(course)) as gb:
         try:
             return len(gb.find_assignment(assignment).notebooks) > 0
         except MissingEntry:
@@ -102,7 +103,7 @@ def register(assignment: str, course: Path = REPO) -> None:
     _check_assignment(assignment, course)
     with tempfile.TemporaryDirectory() as tmp:
         scratch = scratch_course(Path(tmp), [assignment], origin=course)
-        nbgrader("generate_assignment", assignment, "--force", f"--db={_gradebook_url(course)}", course=scratch)
+        nbgrader("generate_assignment", assignment, "--force", f"--db={gradebook_url(course)}", course=scratch)
 
 
 def generate(name: str | None = None, course: Path = REPO) -> None:
@@ -202,7 +203,7 @@ def scores(assignment: str, course: Path = REPO) -> dict[str, Score]:
         raise GradingError(f"Nothing graded for {assignment} yet: run `make autograde DAY={assignment}` first.")
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(course)) as gb:
         result = {}
         for sub in gb.assignment_submissions(assignment):
             result[sub.student_id] = Score(sub.student_id, float(sub.code_score), float(sub.max_code_score))
@@ -214,7 +215,7 @@ def ungraded(assignment: str, course: Path = REPO) -> list[str]:
     the learner deleted also waits for a look in nbgrader's eyes, but it scores 0 whatever: not counted)."""
     from nbgrader.api import Gradebook  # (seconds to import: only where the gradebook is read)
 
-    with Gradebook(f"sqlite:///{course / GRADEBOOK}") as gb:
+    with Gradebook(gradebook_url(course)) as gb:
         return sorted(sub.student_id for sub in gb.assignment_submissions(assignment)
                       if any(g.needs_manual_grade and g.cell_type == "markdown" for nb in sub.notebooks for g in nb.grades))
 
@@ -223,7 +224,7 @@ def cell_scores(assignment: str, student: str, course: Path = REPO) -> dict[str,
     """Points per graded cell (by grade_id) of one student's autograded submission."""
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(course)) as gb:
         sub = gb.find_submission(assignment, student)
         return {g.name: float(g.score) for nb in sub.notebooks for g in nb.grades}
 
