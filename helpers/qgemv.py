@@ -1,0 +1,225 @@
+"""Group-quantized weights and the matrix-vector product that reads them: the kernel an LLM's decoding step
+spends its time in.
+
+Decoding one token multiplies every weight matrix of the model by one vector, so each weight is read once
+and used once: the step is bound by how fast memory delivers the weights, and 4-bit weights make it about 7x
+cheaper than float32 ones. GGUF's Q4_1 format (llama.cpp's, and the SmolLM2 file the course ships) stores a
+matrix in groups of 32 weights along a row; each group holds a float16 scale ``d``, a float16 minimum ``m``
+and 32 four-bit codes, and weight ``i`` of the group is ``d * code[i] + m``. In the 16 code bytes of a group,
+byte ``j`` holds code ``j`` in its low nibble and code ``j + 16`` in its high one.
+
+The helpers here split GGUF's blocks into three arrays TVM can index (codes, scales, minimums), quantize float
+weights the same way for any group size, write the dequantize-and-multiply as one tensor expression, schedule
+it (TVM's own DLight rule, and one written for the roofline), and measure the machine's read bandwidth, the
+roof the kernel is held against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import s_tir, te
+
+from . import machine
+from .config import pick
+from .errors import CourseError
+
+GGUF_GROUP = 32     # weights per Q4_1 block in GGUF
+CODE_MAX = 15       # four bits
+KERNEL_NAME = "y"   # the output block of the product, the one the schedules transform
+
+
+class QuantizedShapeError(CourseError, ValueError):
+    """A matrix whose rows do not split into whole groups, or a group that does not split into two halves."""
+
+
+@dataclass(frozen=True)
+class Q4Matrix:
+    """A weight matrix of ``rows`` x ``cols`` in groups of ``group`` weights along each row: ``codes`` holds two
+    4-bit codes a byte (rows x cols/2, uint8; in each group, byte ``j`` = code ``j`` low, code ``j + group/2``
+    high), ``scale`` and ``minimum`` one float16 each per group (rows x cols/group)."""
+
+    codes: np.ndarray
+    scale: np.ndarray
+    minimum: np.ndarray
+    group: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.codes.shape[0], self.codes.shape[1] * 2
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes a product reads of this matrix: codes, scales and minimums."""
+        return self.codes.nbytes + self.scale.nbytes + self.minimum.nbytes
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 weights, computed in NumPy: what the TVM kernel must agree with."""
+        rows, cols = self.shape
+        half = self.group // 2
+        codes = self.codes.reshape(rows, cols // self.group, half)
+        both = np.concatenate([codes & 15, codes >> 4], axis=-1).astype(np.float32)
+        weights = both * self.scale[..., None].astype(np.float32) + self.minimum[..., None].astype(np.float32)
+        return weights.reshape(rows, cols)
+
+
+def _check_groups(cols: int, group: int) -> None:
+    if group < 2 or group % 2:
+        raise QuantizedShapeError(f"a group of {group} weights cannot hold two halves of codes: use an even size "
+                                  f"such as {GGUF_GROUP}")
+    if cols % group:
+        raise QuantizedShapeError(f"a row of {cols} weights does not split into groups of {group}: pick a group "
+                                  f"size that divides {cols}")
+
+
+def from_gguf_q4_1(raw: np.ndarray, cols: int) -> Q4Matrix:
+    """Split GGUF's Q4_1 blocks (one row of ``cols // 32`` blocks of 20 bytes per matrix row, as
+    ``gguf.GGUFReader`` returns a tensor's ``data``) into codes, scales and minimums."""
+    _check_groups(cols, GGUF_GROUP)
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(raw.shape[0], cols // GGUF_GROUP, 4 + GGUF_GROUP // 2)
+    scale = blocks[..., 0:2].copy().view(np.float16)[..., 0]
+    minimum = blocks[..., 2:4].copy().view(np.float16)[..., 0]
+    codes = blocks[..., 4:].reshape(raw.shape[0], cols // 2).copy()
+    return Q4Matrix(codes, scale, minimum, GGUF_GROUP)
+
+
+def quantize(weights: np.ndarray, group: int = GGUF_GROUP) -> Q4Matrix:
+    """Quantize float weights (rows x cols) to 4-bit codes in groups of ``group`` along each row, as Q4_1 does:
+    the group's minimum is code 0, its maximum code 15, the others rounded to the nearest step in between."""
+    weights = np.asarray(weights, dtype=np.float32)
+    if weights.ndim != 2:
+        raise QuantizedShapeError(f"expected a matrix (rows x cols), got shape {weights.shape}")
+    rows, cols = weights.shape
+    _check_groups(cols, group)
+    groups = weights.reshape(rows, cols // group, group)
+    low, high = groups.min(axis=-1), groups.max(axis=-1)
+    step = (high - low) / CODE_MAX
+    inverse = np.divide(1.0, step, out=np.zeros_like(step), where=step > 0)
+    codes = np.clip(np.floor((groups - low[..., None]) * inverse[..., None] + 0.5), 0, CODE_MAX).astype(np.uint8)
+    half = group // 2
+    packed = codes[..., :half] | (codes[..., half:] << 4)
+    return Q4Matrix(packed.reshape(rows, cols // 2), step.astype(np.float16), low.astype(np.float16), group)
+
+
+def gemv(rows: int, cols: int, group: int = GGUF_GROUP) -> tvm.tirx.PrimFunc:
+    """``y = W @ x`` with ``W`` a ``Q4Matrix`` dequantized inside the product, as one tensor expression.
+
+    The reduction runs over three axes, group ``g``, half ``h`` and byte ``j``, so that each weight's code is one
+    byte shifted by 0 or 4 bits: no division or branch on the index, which a vectorized loop could not afford."""
+    _check_groups(cols, group)
+    half = group // 2
+    x = te.placeholder((cols,), "float32", name="x")
+    codes = te.placeholder((rows, cols // 2), "uint8", name="codes")
+    scale = te.placeholder((rows, cols // group), "float16", name="scale")
+    minimum = te.placeholder((rows, cols // group), "float16", name="minimum")
+    g = te.reduce_axis((0, cols // group), "g")
+    h = te.reduce_axis((0, 2), "h")
+    j = te.reduce_axis((0, half), "j")
+
+    def weight(n, g, h, j):
+        code = (codes[n, g * half + j] >> (h * 4).astype("uint8")) & tvm.tirx.const(CODE_MAX, "uint8")
+        return scale[n, g].astype("float32") * code.astype("float32") + minimum[n, g].astype("float32")
+
+    y = te.compute((rows,), lambda n: te.sum(x[g * group + h * half + j] * weight(n, g, h, j), axis=[g, h, j]),
+                   name=KERNEL_NAME)
+    return te.create_prim_func([x, codes, scale, minimum, y])
+
+
+def dlight_schedule(func: tvm.tirx.PrimFunc, target: tvm.target.Target | None = None) -> tvm.IRModule:
+    """TVM's own CPU rule for matrix-vector products (``s_tir.dlight.cpu.GEMV``) applied to ``func``."""
+    from tvm.s_tir import dlight as dl
+
+    target = target or machine.cpu_target()
+    with target:
+        return dl.ApplyDefaultSchedule(dl.cpu.GEMV())(tvm.IRModule({"main": func}))
+
+
+def roofline_schedule(func: tvm.tirx.PrimFunc, rows_together: int = 2) -> s_tir.Schedule:
+    """A schedule for reading the weights at memory speed: the bytes of a group unpacked 16 or more lanes at a
+    time (``rfactor`` turns the reduction over ``j`` into a vector of partial sums), ``rows_together`` rows
+    per step sharing each load of ``x``, and the rows spread over the cores."""
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    block = sch.get_sblock(KERNEL_NAME)
+    *_, j = sch.get_loops(block)
+    partial = sch.rfactor(j, factor_axis=1)
+    n, g, h, j = sch.get_loops(partial)
+    n_outer, n_inner = sch.split(n, [None, rows_together])
+    sch.reorder(n_outer, g, h, n_inner, j)
+    sch.reverse_compute_at(sch.get_sblock(KERNEL_NAME), n_outer)
+    sch.parallel(n_outer)
+    sch.unroll(h)
+    sch.unroll(n_inner)
+    sch.vectorize(j)
+    sch.decompose_reduction(partial, g)
+    return sch
+
+
+def build(kernel: tvm.tirx.PrimFunc | tvm.IRModule | s_tir.Schedule,
+          target: tvm.target.Target | None = None) -> tvm.runtime.Module:
+    """Compile a kernel (a function, a module or a schedule) for this CPU."""
+    if isinstance(kernel, s_tir.Schedule):
+        kernel = kernel.mod
+    if isinstance(kernel, tvm.tirx.PrimFunc):
+        kernel = tvm.IRModule({"main": kernel})
+    return tvm.compile(kernel, target=target or machine.cpu_target()).mod
+
+
+def arguments(matrix: Q4Matrix, x: np.ndarray, device: tvm.runtime.Device | None = None) -> list:
+    """The kernel's arguments on ``device``: x, codes, scales, minimums and an output to fill."""
+    device = device or tvm.cpu()
+    rows, _ = matrix.shape
+    arrays = (np.asarray(x, dtype=np.float32), matrix.codes, matrix.scale, matrix.minimum,
+              np.zeros(rows, dtype=np.float32))
+    return [tvm.runtime.tensor(a, device) for a in arrays]
+
+
+def run(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.ndarray:
+    """``W @ x`` computed by a compiled kernel."""
+    args = arguments(matrix, x)
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+def read_bandwidth_kernel(rows: int, cols: int) -> s_tir.Schedule:
+    """A kernel that only reads: the sum of each row of a large float32 array, rows over the cores, 16 lanes a
+    step. Its time per byte is the machine's read bandwidth, the roof of a matrix-vector product."""
+    a = te.placeholder((rows, cols), "float32", name="a")
+    k = te.reduce_axis((0, cols), "k")
+    total = te.compute((rows,), lambda r: te.sum(a[r, k], axis=k), name=KERNEL_NAME)
+    sch = s_tir.Schedule(tvm.IRModule({"main": te.create_prim_func([a, total])}))
+    block = sch.get_sblock(KERNEL_NAME)
+    r, k = sch.get_loops(block)
+    k_outer, k_inner = sch.split(k, [None, 64])
+    partial = sch.rfactor(k_inner, factor_axis=1)
+    r, k_outer, k_inner = sch.get_loops(partial)
+    sch.parallel(r)
+    sch.vectorize(k_inner)
+    sch.reverse_compute_at(sch.get_sblock(KERNEL_NAME), r)
+    sch.decompose_reduction(partial, k_outer)
+    return sch
+
+
+def read_bandwidth_gbs(megabytes: int | None = None, repeats: int | None = None) -> float:
+    """The machine's read bandwidth in GB/s, all cores reading, measured with ``read_bandwidth_kernel`` on an
+    array far larger than the caches: the best of ``repeats`` passes (a pass reads every byte once)."""
+    import time
+
+    megabytes = megabytes or pick(512, 128)
+    repeats = repeats or pick(7, 3)
+    rows = 4 * machine.core_count()
+    cols = megabytes * 2**20 // 4 // rows // 64 * 64
+    lib = build(read_bandwidth_kernel(rows, cols))
+    device = tvm.cpu()
+    a = tvm.runtime.tensor(np.ones((rows, cols), dtype=np.float32), device)
+    out = tvm.runtime.tensor(np.zeros(rows, dtype=np.float32), device)
+    lib["main"](a, out)
+    if not np.allclose(out.numpy(), cols):
+        raise RuntimeError("the bandwidth kernel summed wrongly: its time would mean nothing")
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        lib["main"](a, out)
+        best = min(best, time.perf_counter() - start)
+    return rows * cols * 4 / best / 1e9
