@@ -22,7 +22,9 @@ import numpy as np
 import tvm
 from tvm import s_tir, te
 
-from . import machine
+from tvm.script import tirx as T
+
+from . import int8, machine
 from .config import pick
 from .errors import CourseError
 
@@ -180,6 +182,122 @@ def run(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.ndarray:
     args = arguments(matrix, x)
     lib["main"](*args)
     return args[-1].numpy()
+
+
+@dataclass(frozen=True)
+class Int8Vector:
+    """A float vector quantized in groups of 32 to int8, as llama.cpp's Q8 dot products take it: ``codes`` laid
+    out for ``int8_gemv`` (for each pair of groups: the first 16 values of both groups, then the last 16 of
+    both), one ``scale`` per group, and each group's ``sums`` (its dequantized values added up)."""
+
+    codes: np.ndarray
+    scale: np.ndarray
+    sums: np.ndarray
+
+    def dequantize(self) -> np.ndarray:
+        """The float32 vector the int8 codes stand for, in its own order."""
+        half = GGUF_GROUP // 2
+        groups = self.codes.reshape(-1, 2, 2, half).transpose(0, 2, 1, 3).reshape(-1, GGUF_GROUP)
+        return (groups.astype(np.float32) * self.scale[:, None]).reshape(-1)
+
+
+def quantize_activation(x: np.ndarray) -> Int8Vector:
+    """Quantize ``x`` to int8 in groups of 32 (scale = the group's largest magnitude / 127), once per token:
+    every matrix that reads ``x`` reuses it."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim != 1 or x.shape[0] % (2 * GGUF_GROUP):
+        raise QuantizedShapeError(f"int8_gemv takes a vector of a multiple of {2 * GGUF_GROUP} values; got shape {x.shape}")
+    groups = x.reshape(-1, GGUF_GROUP)
+    scale = np.abs(groups).max(axis=1) / 127
+    scale[scale == 0] = 1.0
+    codes = np.clip(np.round(groups / scale[:, None]), -127, 127).astype(np.int8)
+    half = GGUF_GROUP // 2
+    laid_out = codes.reshape(-1, 2, 2, half).transpose(0, 2, 1, 3).reshape(-1, 2, GGUF_GROUP)
+    sums = scale * codes.astype(np.float32).sum(axis=1)
+    return Int8Vector(np.ascontiguousarray(laid_out), scale.astype(np.float32), sums.astype(np.float32))
+
+
+def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 4) -> tvm.tirx.PrimFunc:
+    """``y = W @ x`` with 4-bit ``W`` (groups of 32) and ``x`` in int8 (``quantize_activation``): the codes are
+    multiplied as bytes, four products a lane, by ``vpdpbusd`` (AVX-512 VNNI) or ``vpmaddubsw`` + ``vpmaddwd``
+    (AVX2: exact here, since 15 x 127 x 2 fits the int16 it adds pairs in), and each group's integer sum is scaled
+    once. 32 bytes of codes hold two groups: their low nibbles are the first 16 codes of both, their high nibbles
+    the last 16, which is why ``x`` is laid out in that order.
+
+    Written as a TIR function, loop by loop: no vector value is bound to a name inside the parallel loop (TVM
+    turns each such binding into a heap allocation on every iteration, 4x slower here)."""
+    _check_groups(cols, 2 * GGUF_GROUP)
+    if rows % rows_together:
+        raise QuantizedShapeError(f"{rows} rows do not split into steps of {rows_together} rows")
+    instruction = instruction or int8.int8_instruction(machine.cpu_target())
+    if instruction not in ("vnni", "avx2"):
+        raise CourseError(f"int8_gemv needs AVX-512 VNNI or AVX2 ('vnni' or 'avx2'); this CPU has {instruction!r}: "
+                          "use roofline_schedule(gemv(...)), which reads float32 activations")
+    groups, pairs, R = cols // GGUF_GROUP, cols // (2 * GGUF_GROUP), rows_together
+
+    def dot(acc, a, b):
+        if instruction == "vnni":
+            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.256"), acc, a, b,
+                                           dtype="int32x8")
+        pairs16 = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"), a, b,
+                                          dtype="int16x16")
+        return acc + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs16,
+                                             T.broadcast(T.int16(1), 16), dtype="int32x8")
+
+    def products(codes, xq, n, p):
+        """The 8 int32 sums of a pair of groups: lanes 0-3 the first group's, 4-7 the second's."""
+        both = codes.vload([n, p * 32], "uint8x32")
+        low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
+        high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
+        return dot(dot(T.broadcast(T.int32(0), 8), low, xq.vload([p, 0, 0], "int8x32")), high,
+                   xq.vload([p, 1, 0], "int8x32"))
+
+    def scales(scale, xscale, n, p):
+        """The pair's two scales (the weight's times the activation's), each over its group's four lanes."""
+        first = T.Cast("float32", scale[n, 2 * p]) * xscale[2 * p]
+        second = T.Cast("float32", scale[n, 2 * p + 1]) * xscale[2 * p + 1]
+        return T.Select(T.ramp(0, 1, 8) < T.broadcast(4, 8), T.broadcast(first, 8), T.broadcast(second, 8))
+
+    @T.prim_func
+    def main(xq: T.Buffer((pairs, 2, 32), "int8"), xscale: T.Buffer((groups,), "float32"),
+             xsum: T.Buffer((groups,), "float32"), codes: T.Buffer((rows, cols // 2), "uint8"),
+             scale: T.Buffer((rows, groups), "float16"), minimum: T.Buffer((rows, groups), "float16"),
+             y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for c in T.parallel(rows // R):
+            for r in T.unroll(R):
+                lanes[c * R + r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                y[c * R + r] = T.float32(0)
+            for p in range(pairs):
+                for r in T.unroll(R):
+                    lanes[c * R + r, T.ramp(0, 1, 8)] = lanes[c * R + r, T.ramp(0, 1, 8)] + T.Cast(
+                        "float32x8", products(codes, xq, c * R + r, p)) * scales(scale, xscale, c * R + r, p)
+                    y[c * R + r] = y[c * R + r] + T.Cast("float32", minimum[c * R + r, 2 * p]) * xsum[2 * p] + \
+                        T.Cast("float32", minimum[c * R + r, 2 * p + 1]) * xsum[2 * p + 1]
+            for r in T.unroll(R):
+                y[c * R + r] = y[c * R + r] + lanes[c * R + r, 0] + lanes[c * R + r, 1] + lanes[c * R + r, 2] + \
+                    lanes[c * R + r, 3] + lanes[c * R + r, 4] + lanes[c * R + r, 5] + lanes[c * R + r, 6] + \
+                    lanes[c * R + r, 7]
+
+    return main
+
+
+def int8_arguments(matrix: Q4Matrix, x: Int8Vector, device: tvm.runtime.Device | None = None) -> list:
+    """``int8_gemv``'s arguments on ``device``: the int8 vector, the matrix, the output, the lanes' scratch."""
+    device = device or tvm.cpu()
+    rows, _ = matrix.shape
+    if matrix.group != GGUF_GROUP:
+        raise QuantizedShapeError(f"int8_gemv reads groups of {GGUF_GROUP}; this matrix has groups of {matrix.group}")
+    arrays = (x.codes, x.scale, x.sums, matrix.codes, matrix.scale, matrix.minimum, np.zeros(rows, np.float32),
+              np.zeros((rows, 8), np.float32))
+    return [tvm.runtime.tensor(a, device) for a in arrays]
+
+
+def run_int8(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.ndarray:
+    """``W @ x`` computed by a compiled ``int8_gemv``, ``x`` quantized first."""
+    args = int8_arguments(matrix, quantize_activation(x))
+    lib["main"](*args)
+    return args[-2].numpy()
 
 
 def read_bandwidth_kernel(rows: int, cols: int) -> s_tir.Schedule:

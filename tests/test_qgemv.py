@@ -85,3 +85,56 @@ def test_the_roofline_schedule_reads_weights_far_faster_than_dlights():
         timings = kernels.measure({name: kernels.tvm_runner(lib, qgemv.arguments(q, x)) for name, lib in libs.items()},
                                   repeats=7, min_sample_ms=4)
     assert kernels.speedup(timings, "roofline", "dlight") > 3, [str(t) for t in timings]
+
+
+@pytest.mark.timed
+def test_int8_dot_products_beat_the_float_schedule():
+    rows, cols = 1536, 576
+    q = qgemv.quantize(_weights(rows, cols), 32)
+    x = np.random.default_rng(5).normal(size=cols).astype(np.float32)
+    runners = {"float": kernels.tvm_runner(qgemv.build(qgemv.roofline_schedule(qgemv.gemv(rows, cols))),
+                                           qgemv.arguments(q, x)),
+               "int8": kernels.tvm_runner(qgemv.build(qgemv.int8_gemv(rows, cols)),
+                                          qgemv.int8_arguments(q, qgemv.quantize_activation(x)))}
+    with kernels.thread_pool(1):
+        timings = kernels.measure(runners, repeats=7, min_sample_ms=4)
+    assert kernels.speedup(timings, "int8", "float") > 1.3, [str(t) for t in timings]
+
+
+def test_an_int8_activation_is_within_half_a_step_and_laid_out_for_the_nibbles():
+    x = np.random.default_rng(4).normal(size=128).astype(np.float32)
+    q = qgemv.quantize_activation(x)
+    assert q.codes.shape == (2, 2, 32) and q.codes.dtype == np.int8
+    assert np.all(np.abs(q.dequantize() - x) <= np.repeat(q.scale, 32) / 2 + 1e-7)
+    # pair 0, second half: values 16-31 of group 0, then 16-31 of group 1
+    assert np.array_equal(q.codes[0, 1, 16:], np.round(x[48:64] / q.scale[1]).astype(np.int8))
+    assert np.allclose(q.sums, q.dequantize().reshape(-1, 32).sum(axis=1), rtol=1e-5, atol=1e-6)
+    with pytest.raises(qgemv.QuantizedShapeError, match="multiple of 64"):
+        qgemv.quantize_activation(np.zeros(96, np.float32))
+
+
+INSTRUCTIONS = ["avx2"] + (["vnni"] if qgemv.int8.int8_instruction(qgemv.machine.cpu_target()) == "vnni" else [])
+
+
+@pytest.mark.parametrize("instruction", INSTRUCTIONS)
+@pytest.mark.parametrize("rows,cols", [(12, 192), (40, 64)])
+def test_the_int8_kernel_is_exact_on_the_quantized_vector(instruction, rows, cols):
+    q = qgemv.quantize(_weights(rows, cols, seed=cols))
+    x = np.random.default_rng(2).normal(size=cols).astype(np.float32) * 3
+    got = qgemv.run_int8(qgemv.build(qgemv.int8_gemv(rows, cols, instruction)), q, x)
+    want = q.dequantize().astype(np.float64) @ qgemv.quantize_activation(x).dequantize()
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    # against the float vector, the int8 step costs about 1 % here, not more
+    exact = q.dequantize().astype(np.float64) @ x
+    assert np.abs(got - exact).max() < 0.05 * np.abs(exact).max()
+
+
+def test_the_int8_kernel_refuses_what_it_cannot_read():
+    with pytest.raises(qgemv.QuantizedShapeError, match="steps of 4 rows"):
+        qgemv.int8_gemv(10, 64)
+    with pytest.raises(qgemv.QuantizedShapeError, match="groups of 64"):
+        qgemv.int8_gemv(8, 96)
+    with pytest.raises(qgemv.CourseError, match="VNNI or AVX2"):
+        qgemv.int8_gemv(8, 64, instruction="generic")
+    with pytest.raises(qgemv.QuantizedShapeError, match="groups of 16"):
+        qgemv.int8_arguments(qgemv.quantize(np.ones((4, 64), np.float32), 16), qgemv.quantize_activation(np.ones(64)))

@@ -6,8 +6,9 @@ against the read bandwidth measured in the same run and PyTorch generating with 
 * the read bandwidth (``qgemv.read_bandwidth_gbs``), the bytes SmolLM2-135M reads per token, and the ceiling in
   tokens/s they give;
 * one token's matrix-vector products, all 210 Q4_1 matrices of the real file back to back (the Q8_0 output layer
-  and attention are not in it), with DLight's rule and with the course's roofline schedule, interleaved: ms per
-  token, GB/s and the share of the read bandwidth;
+  and attention are not in it), with DLight's rule, with the course's float roofline schedule and with the int8
+  kernel (``qgemv.int8_gemv``; quantizing each input, done once per token in NumPy, is not timed), interleaved:
+  ms per token, GB/s and the share of the read bandwidth;
 * the same for a model of TinyLlama-1.1B's shapes (random weights, the course's quantizer, ``LAYERS_1B`` layers: far
   beyond the caches), where bandwidth dominates;
 * PyTorch's whole generation (float32 weights dequantized from the file, its KV cache), tokens/s as a user waits.
@@ -22,7 +23,7 @@ import numpy as np
 import torch
 import tvm
 
-from .. import llm, machine, qgemv, timing
+from .. import int8, llm, machine, qgemv, timing
 from ..results import results_path, save_record
 
 # TinyLlama-1.1B: width 2048, 22 layers, 32 query and 4 key-value heads of 64, MLP 5632.
@@ -32,13 +33,15 @@ LAYERS_1B = 4
 QUESTION = "Explain what a compiler does."
 
 
-def _token_runner(lib_of: dict[tuple[int, int], tvm.runtime.Module], matrices: list[qgemv.Q4Matrix]):
-    """One token's products: each matrix times a vector of its width, back to back."""
+def _token_runner(kernels: dict[tuple[int, int], tvm.runtime.Module], matrices: list[qgemv.Q4Matrix], int8_input: bool):
+    """One token's products: each matrix times a vector of its width, back to back (``int8_input``: the vector
+    quantized beforehand, as a decoder quantizes each layer's input once for the matrices that read it)."""
     rng = np.random.default_rng(0)
     calls = []
     for m in matrices:
-        args = qgemv.arguments(m, rng.normal(size=m.shape[1]).astype(np.float32))
-        calls.append((lib_of[m.shape]["main"], args))
+        x = rng.normal(size=m.shape[1]).astype(np.float32)
+        args = qgemv.int8_arguments(m, qgemv.quantize_activation(x)) if int8_input else qgemv.arguments(m, x)
+        calls.append((kernels[m.shape]["main"], args))
 
     def run():
         for fn, args in calls:
@@ -47,13 +50,15 @@ def _token_runner(lib_of: dict[tuple[int, int], tvm.runtime.Module], matrices: l
 
 
 def products(matrices: list[qgemv.Q4Matrix], bandwidth_gbs: float, repeats: int) -> dict:
-    """DLight's schedule against the roofline schedule over ``matrices``, interleaved: ms, GB/s, share."""
+    """DLight's schedule, the float roofline schedule and the int8 kernel over ``matrices``, interleaved: ms per
+    token, GB/s and the share of the read bandwidth."""
     shapes = sorted({m.shape for m in matrices})
-    builds = {"DLight cpu.GEMV": qgemv.dlight_schedule, "roofline schedule": qgemv.roofline_schedule}
-    runners = {}
-    for label, schedule in builds.items():
-        libs = {s: qgemv.build(schedule(qgemv.gemv(*s))) for s in shapes}
-        runners[label] = _token_runner(libs, matrices)
+    instruction = int8.int8_instruction(machine.cpu_target())
+    builds = {"DLight cpu.GEMV": lambda s: qgemv.dlight_schedule(qgemv.gemv(*s)),
+              "roofline schedule, float32 x": lambda s: qgemv.roofline_schedule(qgemv.gemv(*s)),
+              f"int8 x, {instruction} dot products": lambda s: qgemv.int8_gemv(*s, instruction)}
+    runners = {label: _token_runner({s: qgemv.build(make(s)) for s in shapes}, matrices, label.startswith("int8"))
+               for label, make in builds.items()}
     nbytes = sum(m.nbytes for m in matrices)
     rows = {}
     for t in timing.measure(runners, repeats=repeats):
