@@ -54,6 +54,7 @@ notebooks and checks this table), and what each owns:
     hugging_face     14                            Hugging Face architectures built from a config, through TVM
     qgemv            -                             4-bit group-quantized weights (GGUF's Q4_1), their dequantize-and-multiply as one kernel, its schedules, the read bandwidth
     llm              -                             SmolLM2-135M from its registry package: its GGUF file, shape, tokenizer, a PyTorch reference with its trained weights, the bytes a token reads
+    decoder          -                             SmolLM2's decoding step compiled by TVM: hand-written kernels in one Relax function, the KV cache in place, greedy tokens
     results          -                             the results files in results/ (no day imports it yet: Days 8, 11, 13 use ``benchmark``)
     cache            -                             tuned builds compiled once, then loaded; the test suite's import cache
     capture          3                             stderr capture, C++ included (Days 6, 13 and 14 use it as ``export.capture_stderr``)

@@ -187,8 +187,8 @@ def run(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class Int8Vector:
     """A float vector quantized in groups of 32 to int8, as llama.cpp's Q8 dot products take it: ``codes`` laid
-    out for ``int8_gemv`` (for each pair of groups: the first 16 values of both groups, then the last 16 of
-    both), one ``scale`` per group, and each group's ``sums`` (its dequantized values added up)."""
+    out for ``int8_gemv`` (for each pair of groups, 64 codes: the first 16 values of both groups, then the last 16
+    of both), one ``scale`` per group, and each group's ``sums`` (its dequantized values added up)."""
 
     codes: np.ndarray
     scale: np.ndarray
@@ -212,12 +212,13 @@ def quantize_activation(x: np.ndarray) -> Int8Vector:
     scale[scale == 0] = 1.0
     codes = np.clip(np.round(groups / scale[:, None]), -127, 127).astype(np.int8)
     half = GGUF_GROUP // 2
-    laid_out = codes.reshape(-1, 2, 2, half).transpose(0, 2, 1, 3).reshape(-1, 2, GGUF_GROUP)
+    laid_out = codes.reshape(-1, 2, 2, half).transpose(0, 2, 1, 3).reshape(-1)
     sums = scale * codes.astype(np.float32).sum(axis=1)
     return Int8Vector(np.ascontiguousarray(laid_out), scale.astype(np.float32), sums.astype(np.float32))
 
 
-def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 4) -> tvm.tirx.PrimFunc:
+def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 4,
+              layers: int | None = None) -> tvm.tirx.PrimFunc:
     """``y = W @ x`` with 4-bit ``W`` (groups of 32) and ``x`` in int8 (``quantize_activation``): the codes are
     multiplied as bytes, four products a lane, by ``vpdpbusd`` (AVX-512 VNNI) or ``vpmaddubsw`` + ``vpmaddwd``
     (AVX2: exact here, since 15 x 127 x 2 fits the int16 it adds pairs in), and each group's integer sum is scaled
@@ -225,7 +226,8 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
     the last 16, which is why ``x`` is laid out in that order.
 
     Written as a TIR function, loop by loop: no vector value is bound to a name inside the parallel loop (TVM
-    turns each such binding into a heap allocation on every iteration, 4x slower here)."""
+    turns each such binding into a heap allocation on every iteration, 4x slower here). With ``layers``, the
+    matrices are every layer's stacked ([layers, rows, ...]) and an integer argument after them picks one."""
     _check_groups(cols, 2 * GGUF_GROUP)
     if rows % rows_together:
         raise QuantizedShapeError(f"{rows} rows do not split into steps of {rows_together} rows")
@@ -249,8 +251,8 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
         both = codes.vload([n, p * 32], "uint8x32")
         low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
         high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
-        return dot(dot(T.broadcast(T.int32(0), 8), low, xq.vload([p, 0, 0], "int8x32")), high,
-                   xq.vload([p, 1, 0], "int8x32"))
+        return dot(dot(T.broadcast(T.int32(0), 8), low, xq.vload([p * 64], "int8x32")), high,
+                   xq.vload([p * 64 + 32], "int8x32"))
 
     def scales(scale, xscale, n, p):
         """The pair's two scales (the weight's times the activation's), each over its group's four lanes."""
@@ -258,12 +260,8 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
         second = T.Cast("float32", scale[n, 2 * p + 1]) * xscale[2 * p + 1]
         return T.Select(T.ramp(0, 1, 8) < T.broadcast(4, 8), T.broadcast(first, 8), T.broadcast(second, 8))
 
-    @T.prim_func
-    def main(xq: T.Buffer((pairs, 2, 32), "int8"), xscale: T.Buffer((groups,), "float32"),
-             xsum: T.Buffer((groups,), "float32"), codes: T.Buffer((rows, cols // 2), "uint8"),
-             scale: T.Buffer((rows, groups), "float16"), minimum: T.Buffer((rows, groups), "float16"),
-             y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
-        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+    @T.macro
+    def body(xq, xscale, xsum, codes, scale, minimum, y, lanes):
         for c in T.parallel(rows // R):
             for r in T.unroll(R):
                 lanes[c * R + r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
@@ -279,6 +277,29 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
                     lanes[c * R + r, 3] + lanes[c * R + r, 4] + lanes[c * R + r, 5] + lanes[c * R + r, 6] + \
                     lanes[c * R + r, 7]
 
+    @T.prim_func
+    def main(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
+             xsum: T.Buffer((groups,), "float32"), codes: T.Buffer((rows, cols // 2), "uint8"),
+             scale: T.Buffer((rows, groups), "float16"), minimum: T.Buffer((rows, groups), "float16"),
+             y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        body(xq, xscale, xsum, codes, scale, minimum, y, lanes)
+
+    L = layers or 1
+
+    @T.prim_func
+    def stacked(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
+                xsum: T.Buffer((groups,), "float32"), all_codes: T.Buffer((L, rows, cols // 2), "uint8"),
+                all_scale: T.Buffer((L, rows, groups), "float16"), all_minimum: T.Buffer((L, rows, groups), "float16"),
+                layer: T.int32, y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        codes = T.decl_buffer((rows, cols // 2), "uint8", data=all_codes.data, elem_offset=layer * rows * (cols // 2))
+        scale = T.decl_buffer((rows, groups), "float16", data=all_scale.data, elem_offset=layer * rows * groups)
+        minimum = T.decl_buffer((rows, groups), "float16", data=all_minimum.data, elem_offset=layer * rows * groups)
+        body(xq, xscale, xsum, codes, scale, minimum, y, lanes)
+
+    if layers is not None:
+        return stacked
     return main
 
 

@@ -59,3 +59,110 @@ def test_the_trained_model_answers_a_question(reference):
     assert 0 < answer.new_tokens <= 8 and answer.tokens_per_s > 0
     ids = llm.chat_ids(tok, "Hello")
     assert "<|im_start|>user" in tok.decode(ids[0]) and "Hello" in tok.decode(ids[0])
+
+
+# ---- SmolLM2's decoding step in TVM (helpers/decoder.py) ----------------------------------------------------------
+
+from helpers import decoder  # noqa: E402
+
+SMALL = llm.LlamaShape(width=128, layers=2, heads=4, kv_heads=2, mlp=256, vocab=64)
+
+
+def test_rope_rotates_adjacent_pairs_and_writes_the_cache_at_the_position():
+    import tvm
+
+    rng = np.random.default_rng(0)
+    s, context, pos, layer = SMALL, 16, 5, 1
+    hd = s.head_dim
+    qkv = rng.normal(size=(s.heads + 2 * s.kv_heads) * hd).astype(np.float32)
+    cos, sin = decoder.rope_tables(hd, 10000.0, context)
+    lib = tvm.compile(tvm.IRModule({"main": decoder.rope_and_cache_kernel(s, context).with_attr("global_symbol", "main")}))
+    cache = (s.layers, s.kv_heads, context, hd)
+    k, v, q = (tvm.runtime.tensor(np.zeros(shape, np.float32)) for shape in (cache, cache, (s.heads * hd,)))
+    lib["main"](tvm.runtime.tensor(qkv), tvm.runtime.tensor(np.array([pos], np.int32)), tvm.runtime.tensor(cos),
+                tvm.runtime.tensor(sin), k, v, layer, q)
+
+    def rotate(x):   # one head: pairs (2i, 2i+1) turned by pos x base^(-2i/hd)
+        a, b = x[0::2], x[1::2]
+        out = np.empty_like(x)
+        out[0::2], out[1::2] = a * cos[pos] - b * sin[pos], a * sin[pos] + b * cos[pos]
+        return out
+
+    heads = qkv[:s.heads * hd].reshape(s.heads, hd)
+    assert np.allclose(q.numpy().reshape(s.heads, hd), [rotate(h) for h in heads], atol=1e-6)
+    keys = qkv[s.heads * hd:(s.heads + s.kv_heads) * hd].reshape(s.kv_heads, hd)
+    assert np.allclose(k.numpy()[layer, :, pos], [rotate(h) for h in keys], atol=1e-6)
+    assert np.array_equal(v.numpy()[layer, :, pos], qkv[(s.heads + s.kv_heads) * hd:].reshape(s.kv_heads, hd))
+    assert not k.numpy()[0].any() and not k.numpy()[layer, :, pos + 1].any()
+
+
+def test_attention_reads_its_heads_group_of_the_cache_up_to_the_position():
+    import tvm
+
+    rng = np.random.default_rng(1)
+    s, context, pos, layer = SMALL, 16, 6, 1
+    hd = s.head_dim
+    cache = (s.layers, s.kv_heads, context, hd)
+    q = rng.normal(size=s.heads * hd).astype(np.float32)
+    k, v = rng.normal(size=cache).astype(np.float32), rng.normal(size=cache).astype(np.float32)
+    lib = tvm.compile(tvm.IRModule({"main": decoder.attention_kernel(s, context).with_attr("global_symbol", "main")}))
+    out = tvm.runtime.tensor(np.zeros(s.heads * hd, np.float32))
+    lib["main"](tvm.runtime.tensor(q), tvm.runtime.tensor(np.array([pos], np.int32)), tvm.runtime.tensor(k),
+                tvm.runtime.tensor(v), layer, out, tvm.runtime.tensor(np.zeros((s.heads, context), np.float32)))
+    want = []
+    for head in range(s.heads):
+        kv = head // (s.heads // s.kv_heads)
+        scores = k[layer, kv, :pos + 1] @ q[head * hd:(head + 1) * hd] / np.sqrt(hd)
+        p = np.exp(scores - scores.max())
+        want.append((p / p.sum()) @ v[layer, kv, :pos + 1])
+    assert np.allclose(out.numpy(), np.concatenate(want), atol=1e-5)
+
+
+def test_the_norm_kernel_adds_normalizes_and_quantizes_as_numpy_does():
+    import tvm
+
+    rng = np.random.default_rng(2)
+    width, layers = 128, 3
+    h, delta = rng.normal(size=width).astype(np.float32), rng.normal(size=width).astype(np.float32)
+    weight = rng.normal(size=(layers, width)).astype(np.float32)
+    lib = tvm.compile(tvm.IRModule({"main": decoder.add_norm_quantize_kernel(width, layers, 1e-5).with_attr(
+        "global_symbol", "main")}))
+    outs = [tvm.runtime.tensor(np.zeros(n, dt)) for n, dt in ((width, np.float32), (width, np.int8), (4, np.float32),
+                                                              (4, np.float32), (width, np.float32))]
+    lib["main"](tvm.runtime.tensor(h), tvm.runtime.tensor(delta), tvm.runtime.tensor(weight), 2, *outs)
+    total = h + delta
+    x = total / np.sqrt(np.mean(total ** 2) + 1e-5) * weight[2]
+    assert np.allclose(outs[0].numpy(), total) and np.allclose(outs[4].numpy(), x, rtol=1e-5, atol=1e-6)
+    want = qgemv.quantize_activation(x)
+    assert np.abs(outs[1].numpy().astype(int) - want.codes).max() <= 1   # rounding at exact halves may differ
+    assert np.allclose(outs[2].numpy(), want.scale) and np.allclose(outs[3].numpy(), want.sums, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def compiled_step():
+    return decoder.Decoder(decoder.load_weights(), context=64)
+
+
+def test_tvms_step_gives_the_reference_models_next_token_on_a_real_prompt(reference, compiled_step):
+    model, tok = reference
+    ids = llm.chat_ids(tok, "Name a colour.")[0].tolist()
+    for n in (1, 2, len(ids)):
+        compiled_step.reset()
+        best, logits = compiled_step.feed(ids[:n])
+        with torch.no_grad():
+            want = model(torch.tensor([ids[:n]])).logits[0, -1].numpy()
+        got = logits.numpy()
+        # int8 activations cost a few percent of the largest logit, no more
+        assert np.abs(got - want).max() < 0.08 * np.abs(want).max(), n
+        assert int(best.numpy()[0]) == int(got.argmax())
+        assert int(got.argmax()) in np.argsort(-want)[:2], n
+
+
+def test_generation_starts_afresh_and_a_full_cache_is_refused(compiled_step):
+    first, _ = compiled_step.generate([1, 504, 3458], 6)
+    again, seconds = compiled_step.generate([1, 504, 3458], 6)
+    assert first == again and len(first) == 6 and seconds > 0
+    small = decoder.Decoder(decoder.load_weights(), context=4)
+    small.feed([1, 2, 3, 4])
+    with pytest.raises(decoder.CourseError, match="cache holds 4 positions"):
+        small.step(5)

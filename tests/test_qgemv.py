@@ -104,10 +104,10 @@ def test_int8_dot_products_beat_the_float_schedule():
 def test_an_int8_activation_is_within_half_a_step_and_laid_out_for_the_nibbles():
     x = np.random.default_rng(4).normal(size=128).astype(np.float32)
     q = qgemv.quantize_activation(x)
-    assert q.codes.shape == (2, 2, 32) and q.codes.dtype == np.int8
+    assert q.codes.shape == (128,) and q.codes.dtype == np.int8
     assert np.all(np.abs(q.dequantize() - x) <= np.repeat(q.scale, 32) / 2 + 1e-7)
     # pair 0, second half: values 16-31 of group 0, then 16-31 of group 1
-    assert np.array_equal(q.codes[0, 1, 16:], np.round(x[48:64] / q.scale[1]).astype(np.int8))
+    assert np.array_equal(q.codes[48:64], np.round(x[48:64] / q.scale[1]).astype(np.int8))
     assert np.allclose(q.sums, q.dequantize().reshape(-1, 32).sum(axis=1), rtol=1e-5, atol=1e-6)
     with pytest.raises(qgemv.QuantizedShapeError, match="multiple of 64"):
         qgemv.quantize_activation(np.zeros(96, np.float32))

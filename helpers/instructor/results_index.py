@@ -32,9 +32,9 @@ CPU_NOTES = {"rocketlake": "LLVM names the Intel Xeon `rocketlake` after the mod
 MODELS = {"mobilenet_v2": "MobileNetV2", "resnet50": "ResNet-50", "efficientnet_b0": "EfficientNet-B0"}
 # The kinds of result with a table of their own, in the order a machine's section shows them.
 KINDS = {"benchmark": "float32", "bf16-model": "bf16", "int8": "int8", "transformer": "A small GPT (Day 14)",
-         "transformer-large": "A transformer of GPT-2 small's sizes"}
+         "transformer-large": "A transformer of GPT-2 small's sizes", "llm": "SmolLM2-135M, a real LLM in 4-bit groups"}
 # <kind>-<cpu>-<cores>cores[-on-<host>].json: a CPU class imitated on the host where "-on-" says so.
-FILE = re.compile(r"(?P<kind>transformer-large|transformer|bf16-model|benchmark|int8)-(?P<cpu>[\w-]+?)-"
+FILE = re.compile(r"(?P<kind>transformer-large|transformer|bf16-model|benchmark|int8|llm)-(?P<cpu>[\w-]+?)-"
                   r"(?P<cores>\d+)cores(?:-on-(?P<host>[\w-]+))?\.json")
 PEER_HEADER = ["| {first} | fastest PyTorch, ms | fastest engine, ms | TVM, ms | TVM vs fastest PyTorch "
                "| TVM vs fastest engine |", "| --- | --- | --- | --- | ---: | ---: |"]
@@ -202,5 +202,12 @@ def _mark(record: dict) -> str:
     return UNRELIABLE_MARK if timing.unreliable(record) else ""
 
 
+def llm_table(record: dict) -> str:
+    """SmolLM2's: the 4-bit products' share of the read bandwidth, and each engine's whole generation."""
+    from ..maintainers import llm_roofline  # (TVM and torch, as in float32_table)
+
+    return llm_roofline.table(record)
+
+
 TABLES = {"benchmark": float32_table, "bf16-model": bf16_table, "int8": int8_table, "transformer": transformer_table,
-          "transformer-large": large_table}
+          "transformer-large": large_table, "llm": llm_table}

@@ -11,19 +11,22 @@ against the read bandwidth measured in the same run and PyTorch generating with 
   ms per token, GB/s and the share of the read bandwidth;
 * the same for a model of TinyLlama-1.1B's shapes (random weights, the course's quantizer, ``LAYERS_1B`` layers: far
   beyond the caches), where bandwidth dominates;
-* PyTorch's whole generation (float32 weights dequantized from the file, its KV cache), tokens/s as a user waits.
+* whole generations of 64 tokens, as a user waits for them, in rounds: PyTorch (float32 weights dequantized from the
+  file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed one token a step) and llama.cpp where
+  ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token, the prompt's time.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import tvm
 
-from .. import int8, llm, machine, qgemv, timing
+from .. import decoder, int8, llm, machine, qgemv, timing
 from ..results import results_path, save_record
 
 # TinyLlama-1.1B: width 2048, 22 layers, 32 query and 4 key-value heads of 64, MLP 5632.
@@ -68,14 +71,105 @@ def products(matrices: list[qgemv.Q4Matrix], bandwidth_gbs: float, repeats: int)
     return {"matrices": len(matrices), "bytes": nbytes, "schedules": rows}
 
 
+@dataclass(frozen=True)
+class Run:
+    """One generation: seconds to the first new token (the prompt's cost), seconds in all, new tokens."""
+
+    first_s: float
+    total_s: float
+    tokens: int
+
+
+def pytorch_engine(ids: list[int], new_tokens: int):
+    model = llm.reference_model()
+
+    def run() -> Run:
+        streamer = _FirstToken()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 do_sample=False, streamer=streamer)
+        total = time.perf_counter() - start
+        return Run(streamer.at - start, total, int(out.shape[1]) - len(ids))
+    return run
+
+
+class _FirstToken:
+    """A transformers streamer that notes when the first new token came."""
+
+    def __init__(self) -> None:
+        self.calls, self.at = 0, 0.0
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2:   # the first call hands over the prompt
+            self.at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def tvm_engine(ids: list[int], new_tokens: int):
+    step = decoder.Decoder(decoder.load_weights())
+
+    def run() -> Run:
+        step.reset()
+        start = time.perf_counter()
+        best, _ = step.feed(ids)
+        first = time.perf_counter()
+        for _ in range(new_tokens - 1):
+            best, _ = step.step(best)
+        int(best.numpy()[0])
+        return Run(first - start, time.perf_counter() - start, new_tokens)
+    return run
+
+
+def llama_cpp_engine(ids: list[int], new_tokens: int):
+    """llama.cpp through llama-cpp-python, on the same file and threads; None where it is not installed."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    model = Llama(model_path=str(llm.gguf_path()), n_threads=machine.core_count(), n_ctx=decoder.MAX_CONTEXT,
+                  verbose=False)
+
+    def run() -> Run:
+        model.reset()
+        start = time.perf_counter()
+        first, n = 0.0, 0
+        for _ in model.generate(ids, temp=0, top_k=1, reset=True):
+            n += 1
+            if n == 1:
+                first = time.perf_counter()
+            if n == new_tokens:
+                break
+        return Run(first - start, time.perf_counter() - start, n)
+    return run
+
+
 def generation(new_tokens: int, repeats: int) -> dict:
-    """PyTorch's greedy answer to ``QUESTION``, timed end to end ``repeats`` times: tokens/s, median and range."""
-    model, tok = llm.reference_model(), llm.tokenizer()
-    llm.generate_pytorch(model, tok, QUESTION, 4)    # warm-up
-    runs = [llm.generate_pytorch(model, tok, QUESTION, new_tokens, new_tokens) for _ in range(repeats)]
-    rates = sorted(g.tokens_per_s for g in runs)
-    return {"engine": "PyTorch eager, float32 weights", "text": runs[0].text, "new_tokens": runs[0].new_tokens,
-            "median_tokens_per_s": float(np.median(rates)), "min": rates[0], "max": rates[-1]}
+    """Each engine answers ``QUESTION`` greedily, ``new_tokens`` tokens, in rounds (one run of each engine a
+    round): tokens/s over the whole answer as a user waits for it, and over the new tokens after the first."""
+    ids = llm.chat_ids(llm.tokenizer(), QUESTION)[0].tolist()
+    engines = {"PyTorch eager, float32 weights": pytorch_engine(ids, new_tokens),
+               "TVM, int8 x 4-bit (helpers.decoder)": tvm_engine(ids, new_tokens),
+               "llama.cpp (llama-cpp-python 0.3.36)": llama_cpp_engine(ids, new_tokens)}
+    engines = {name: run for name, run in engines.items() if run is not None}
+    for run in engines.values():
+        run()   # warm-up
+    runs: dict[str, list[Run]] = {name: [] for name in engines}
+    for _ in range(repeats):
+        for name, run in engines.items():
+            runs[name].append(run())
+    out = {}
+    for name, done in runs.items():
+        whole = sorted(r.tokens / r.total_s for r in done)
+        decode = sorted((r.tokens - 1) / (r.total_s - r.first_s) for r in done)
+        out[name] = {"tokens": done[0].tokens, "prompt_tokens": len(ids),
+                     "tokens_per_s": float(np.median(whole)), "tokens_per_s_range": [whole[0], whole[-1]],
+                     "decode_tokens_per_s": float(np.median(decode)), "decode_range": [decode[0], decode[-1]],
+                     "first_token_ms": float(np.median([r.first_s for r in done]) * 1e3)}
+    return out
 
 
 def measure(repeats: int = 9) -> dict:
@@ -93,7 +187,7 @@ def measure(repeats: int = 9) -> dict:
         "ceiling_tokens_per_s": llm.ceiling_tokens_per_s(per_token, bandwidth),
         "smollm2_q4_products": products(real, bandwidth, repeats),
         "tinyllama_shapes_q4_products": {"layers": LAYERS_1B, **products(big, bandwidth, repeats)},
-        "pytorch_generation": generation(64, 3),
+        "generation": generation(64, 5),
     }
 
 
@@ -101,7 +195,7 @@ def markdown(record: dict) -> str:
     """The record as the page a reader opens beside the JSON."""
     lines = [f"# SmolLM2-135M's 4-bit products against the memory roofline: {record['machine']['cpu']}, "
              f"{record['threads']} threads", "", f"Measured {record['measured']} by `python -m helpers.maintainers.llm_roofline`.",
-             "", table(record), "", "PyTorch's answer: " + repr(record["pytorch_generation"]["text"])]
+             "", table(record)]
     return "\n".join(lines) + "\n"
 
 
@@ -115,10 +209,14 @@ def table(record: dict) -> str:
         for label, row in part["schedules"].items():
             out.append(f"| {name.format(**part)}, {label} | {row['median_ms']:.2f} ({row['q1_ms']:.2f}-{row['q3_ms']:.2f}) "
                        f"| {row['gb_per_s']:.1f} | {row['share_of_bandwidth']:.0%} |")
-    gen = record["pytorch_generation"]
     out += ["", f"Read bandwidth {record['read_bandwidth_gbs']:.1f} GB/s; SmolLM2 reads {record['bytes_per_token'] / 1e6:.1f} MB "
-            f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s. {gen['engine']}: "
-            f"{gen['median_tokens_per_s']:.1f} tokens/s ({gen['min']:.1f}-{gen['max']:.1f}) over {gen['new_tokens']} tokens."]
+            f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", "",
+            "| engine | tokens/s, whole answer | tokens/s after the first | first token, ms | share of the ceiling |",
+            "| --- | ---: | ---: | ---: | ---: |"]
+    for name, row in record["generation"].items():
+        low, high = row["tokens_per_s_range"]
+        out.append(f"| {name} | {row['tokens_per_s']:.1f} ({low:.1f}-{high:.1f}) | {row['decode_tokens_per_s']:.1f} "
+                   f"| {row['first_token_ms']:.0f} | {row['decode_tokens_per_s'] / record['ceiling_tokens_per_s']:.0%} |")
     return "\n".join(out)
 
 

@@ -1,0 +1,517 @@
+"""SmolLM2's decoding step compiled by TVM: one token in, the next token out, the key-value cache updated in place.
+
+The step is a Relax function (``step_module``) of hand-written TIR kernels, each of which a learner can read
+alone: the embedding row of the token (8-bit groups), then per layer a residual add fused with the RMS norm and
+the int8 quantization of its output, the query, key and value rows as one 4-bit product (``qgemv.int8_gemv``),
+rotary positions with the new key and value written into the cache, attention over the cache, the output
+projection, the MLP's gate and up rows as one product, SiLU(gate) x up quantized, the down projection; at the
+end the output norm, the tied embedding as the output layer (8-bit codes times the int8 vector) and the greedy
+choice, so that only the chosen token's id comes back to Python.
+
+The weights stay as the GGUF file stores them (Q4_1 and Q8_0 groups); only the layers' matrices are stacked
+([layer, rows, ...]) so that one kernel serves every layer, told which by an integer argument. GGUF orders the
+rows of each query and key head for llama.cpp's rotation of adjacent pairs (``2i``, ``2i + 1``), and so does
+``rope_and_cache``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm.script import tirx as T
+
+from . import int8, llm, machine, qgemv
+from .errors import CourseError
+
+GROUP = qgemv.GGUF_GROUP
+MAX_CONTEXT = 512
+
+
+@dataclass(frozen=True)
+class Stacked:
+    """One kind of 4-bit matrix of every layer, stacked: codes [L, rows, cols/2], scale and minimum [L, rows, G]."""
+
+    codes: np.ndarray
+    scale: np.ndarray
+    minimum: np.ndarray
+
+    @classmethod
+    def of(cls, per_layer: list[qgemv.Q4Matrix]) -> Stacked:
+        return cls(*(np.stack([getattr(m, part) for m in per_layer]) for part in ("codes", "scale", "minimum")))
+
+    @property
+    def rows(self) -> int:
+        return self.codes.shape[1]
+
+    @property
+    def cols(self) -> int:
+        return self.codes.shape[2] * 2
+
+    def arrays(self) -> list[np.ndarray]:
+        return [self.codes, self.scale, self.minimum]
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What the step reads: the stacked 4-bit matrices, the norms, the 8-bit embedding and the rotation tables."""
+
+    shape: llm.LlamaShape
+    qkv: Stacked
+    out: Stacked
+    gate_up: Stacked
+    down: Stacked
+    attn_norm: np.ndarray
+    ffn_norm: np.ndarray
+    final_norm: np.ndarray
+    embed_codes: np.ndarray
+    embed_scale: np.ndarray
+    cos: np.ndarray
+    sin: np.ndarray
+
+    def arrays(self) -> list[np.ndarray]:
+        """In the order ``step_module``'s function takes them after the token, position and caches."""
+        return [*self.qkv.arrays(), *self.out.arrays(), *self.gate_up.arrays(), *self.down.arrays(), self.attn_norm,
+                self.ffn_norm, self.final_norm, self.embed_codes, self.embed_scale, self.cos, self.sin]
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes one step reads of them (the rotation tables' one row aside)."""
+        return sum(a.nbytes for a in self.arrays()[:-2])
+
+
+def q8_0(raw: np.ndarray, cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """GGUF's Q8_0 blocks (a float16 scale, then 32 int8 codes) split into codes [rows, cols] and scales."""
+    blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(raw.shape[0], cols // GROUP, 2 + GROUP)
+    scale = blocks[..., 0:2].copy().view(np.float16)[..., 0]
+    codes = blocks[..., 2:].copy().view(np.int8).reshape(raw.shape[0], cols)
+    return codes, scale
+
+
+def rope_tables(head_dim: int, base: float, positions: int = MAX_CONTEXT) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of each position's angle for each pair of a head: angle = position x base^(-2i / head_dim)."""
+    inv = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    angles = np.arange(positions, dtype=np.float64)[:, None] * inv[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def load_weights(path=None) -> Weights:
+    """The GGUF file's weights in the step's layout (the 4-bit codes are not changed, only stacked)."""
+    shape = llm.shape(path)
+    tensors = {t.name: t for t in llm.reader(path).tensors}
+
+    def q4(name: str) -> qgemv.Q4Matrix:
+        return llm.q4_matrix(name, path)
+
+    def rows(*names: str) -> qgemv.Q4Matrix:
+        parts = [q4(n) for n in names]
+        return qgemv.Q4Matrix(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("codes", "scale", "minimum")),
+                              group=GROUP)
+
+    layers = range(shape.layers)
+    embed = tensors["token_embd.weight"]
+    codes, scale = q8_0(np.asarray(embed.data), shape.width)
+    cos, sin = rope_tables(shape.head_dim, float(llm._field(llm.reader(path), "llama.rope.freq_base")))
+    norm = lambda name: np.asarray(tensors[name].data, dtype=np.float32)  # noqa: E731
+    return Weights(
+        shape=shape,
+        qkv=Stacked.of([rows(f"blk.{i}.attn_q.weight", f"blk.{i}.attn_k.weight", f"blk.{i}.attn_v.weight") for i in layers]),
+        out=Stacked.of([q4(f"blk.{i}.attn_output.weight") for i in layers]),
+        gate_up=Stacked.of([rows(f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight") for i in layers]),
+        down=Stacked.of([q4(f"blk.{i}.ffn_down.weight") for i in layers]),
+        attn_norm=np.stack([norm(f"blk.{i}.attn_norm.weight") for i in layers]),
+        ffn_norm=np.stack([norm(f"blk.{i}.ffn_norm.weight") for i in layers]),
+        final_norm=norm("output_norm.weight")[None, :],
+        embed_codes=codes, embed_scale=scale, cos=cos, sin=sin,
+    )
+
+
+# ---- the kernels -------------------------------------------------------------------------------------------------
+
+def embed_kernel(vocab: int, width: int):
+    """The token's row of the 8-bit embedding, dequantized: h = codes[token] x scale[token, group]."""
+
+    @T.prim_func
+    def embed(token: T.Buffer((1,), "int32"), codes: T.Buffer((vocab, width), "int8"),
+              scale: T.Buffer((vocab, width // GROUP), "float16"), h: T.Buffer((width,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for i in range(width):
+            h[i] = T.Cast("float32", codes[token[0], i]) * T.Cast("float32", scale[token[0], i // GROUP])
+
+    return embed
+
+
+def _int8_slot(i, paired: bool):
+    """Where value ``i`` of a vector goes in ``quantize_activation``'s layout ([pair, half, 32]), as a flat index;
+    ``paired=False``: the natural order, group after group."""
+    if not paired:
+        return i
+    g, j = i // GROUP, i % GROUP
+    half = GROUP // 2
+    return (g // 2) * 2 * GROUP + (j // half) * GROUP + (g % 2) * half + j % half
+
+
+@T.macro
+def _quantize_groups(x, xq, xscale, xsum, groups, paired):
+    """x in int8 groups of 32: scale = the group's largest magnitude / 127, codes rounded, each group's sum."""
+    for g in range(groups):
+        largest = T.decl_buffer((1,), "float32")
+        total = T.decl_buffer((1,), "int32")
+        largest[0] = T.float32(0)
+        total[0] = 0
+        for j in range(GROUP):
+            largest[0] = T.max(largest[0], T.abs(x[g * GROUP + j]))
+        xscale[g] = T.Select(largest[0] > T.float32(0), largest[0] / T.float32(127), T.float32(1))
+        for j in range(GROUP):
+            xq[_int8_slot(g * GROUP + j, paired)] = T.Cast("int8", T.round(x[g * GROUP + j] / xscale[g]))
+            total[0] = total[0] + T.Cast("int32", T.round(x[g * GROUP + j] / xscale[g]))
+        xsum[g] = T.Cast("float32", total[0]) * xscale[g]
+
+
+def add_norm_quantize_kernel(width: int, layers: int, eps: float, paired: bool = True):
+    """h_out = h + delta; x = RMS-normalized h_out times the layer's norm weights; x quantized to int8 in groups of
+    32 (``qgemv.quantize_activation``'s layout, or the natural order with ``paired=False``)."""
+    groups = width // GROUP
+
+    @T.prim_func
+    def add_norm_quantize(h: T.Buffer((width,), "float32"), delta: T.Buffer((width,), "float32"),
+                          weight: T.Buffer((layers, width), "float32"), layer: T.int32,
+                          h_out: T.Buffer((width,), "float32"), xq: T.Buffer((width,), "int8"),
+                          xscale: T.Buffer((groups,), "float32"), xsum: T.Buffer((groups,), "float32"),
+                          x: T.Buffer((width,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        squares = T.decl_buffer((1,), "float32")
+        squares[0] = T.float32(0)
+        for i in range(width):
+            h_out[i] = h[i] + delta[i]
+            squares[0] = squares[0] + h_out[i] * h_out[i]
+        for i in range(width):
+            x[i] = h_out[i] / T.sqrt(squares[0] / T.float32(width) + T.float32(eps)) * weight[layer, i]
+        _quantize_groups(x, xq, xscale, xsum, groups, paired)
+
+    return add_norm_quantize
+
+
+def quantize_kernel(width: int):
+    """A vector quantized to int8 as ``qgemv.quantize_activation`` does (the attention's output, before the
+    output projection)."""
+    groups = width // GROUP
+
+    @T.prim_func
+    def quantize(x: T.Buffer((width,), "float32"), xq: T.Buffer((width,), "int8"),
+                 xscale: T.Buffer((groups,), "float32"), xsum: T.Buffer((groups,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        _quantize_groups(x, xq, xscale, xsum, groups, True)
+
+    return quantize
+
+
+def rope_and_cache_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
+    """Rotate the query and the new key by the position's angles (adjacent pairs, as GGUF orders the rows), and
+    write the key and value into the layer's cache at ``pos`` (in place)."""
+    H, KV, hd, L = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
+    q_rows, kv_rows = H * hd, KV * hd
+
+    @T.prim_func
+    def rope_and_cache(qkv: T.Buffer((q_rows + 2 * kv_rows,), "float32"), pos: T.Buffer((1,), "int32"),
+                       cos: T.Buffer((context, hd // 2), "float32"), sin: T.Buffer((context, hd // 2), "float32"),
+                       k_cache: T.Buffer((L, KV, context, hd), "float32"),
+                       v_cache: T.Buffer((L, KV, context, hd), "float32"), layer: T.int32,
+                       q: T.Buffer((q_rows,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        p = pos[0]
+        for head in range(H):
+            for i in range(hd // 2):
+                a = qkv[head * hd + 2 * i]
+                b = qkv[head * hd + 2 * i + 1]
+                q[head * hd + 2 * i] = a * cos[p, i] - b * sin[p, i]
+                q[head * hd + 2 * i + 1] = a * sin[p, i] + b * cos[p, i]
+        for head in range(KV):
+            for i in range(hd // 2):
+                a = qkv[q_rows + head * hd + 2 * i]
+                b = qkv[q_rows + head * hd + 2 * i + 1]
+                k_cache[layer, head, p, 2 * i] = a * cos[p, i] - b * sin[p, i]
+                k_cache[layer, head, p, 2 * i + 1] = a * sin[p, i] + b * cos[p, i]
+            for i in range(hd):
+                v_cache[layer, head, p, i] = qkv[q_rows + kv_rows + head * hd + i]
+
+    return rope_and_cache
+
+
+def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
+    """Each query head against the cache of its key-value head (grouped-query attention), positions 0..pos: scores
+    scaled by 1/sqrt(head_dim), softmax, the values weighted; heads spread over the cores."""
+    H, KV, hd, L = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
+    per_kv = H // KV
+    scale = float(1.0 / np.sqrt(hd))
+
+    @T.prim_func
+    def attention(q: T.Buffer((H * hd,), "float32"), pos: T.Buffer((1,), "int32"),
+                  k_cache: T.Buffer((L, KV, context, hd), "float32"), v_cache: T.Buffer((L, KV, context, hd), "float32"),
+                  layer: T.int32, out: T.Buffer((H * hd,), "float32"), scores: T.Buffer((H, context), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for head in T.parallel(H):
+            kv = head // per_kv
+            top = T.decl_buffer((2,), "float32")
+            top[0] = T.float32(-3.0e38)
+            for t in range(pos[0] + 1):
+                scores[head, t] = T.float32(0)
+                for i in range(hd):
+                    scores[head, t] = scores[head, t] + q[head * hd + i] * k_cache[layer, kv, t, i]
+                scores[head, t] = scores[head, t] * T.float32(scale)
+                top[0] = T.max(top[0], scores[head, t])
+            top[1] = T.float32(0)
+            for t in range(pos[0] + 1):
+                scores[head, t] = T.exp(scores[head, t] - top[0])
+                top[1] = top[1] + scores[head, t]
+            for i in range(hd):
+                out[head * hd + i] = T.float32(0)
+            for t in range(pos[0] + 1):
+                for i in range(hd):
+                    out[head * hd + i] = out[head * hd + i] + scores[head, t] / top[1] * v_cache[layer, kv, t, i]
+
+    return attention
+
+
+def silu_mul_quantize_kernel(mlp: int):
+    """x = SiLU(gate) x up (the gate and up rows come as one vector), quantized as ``quantize_kernel``."""
+    groups = mlp // GROUP
+
+    @T.prim_func
+    def silu_mul_quantize(gate_up: T.Buffer((2 * mlp,), "float32"), xq: T.Buffer((mlp,), "int8"),
+                          xscale: T.Buffer((groups,), "float32"), xsum: T.Buffer((groups,), "float32"),
+                          x: T.Buffer((mlp,), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for i in range(mlp):
+            x[i] = gate_up[i] / (T.float32(1) + T.exp(-gate_up[i])) * gate_up[mlp + i]
+        _quantize_groups(x, xq, xscale, xsum, groups, True)
+
+    return silu_mul_quantize
+
+
+def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 4):
+    """logits = codes x x for 8-bit codes (the tied embedding) and the int8 vector in natural order: both signed,
+    so the sign of x moves onto the codes (``psign``) and |x| is the unsigned operand, as llama.cpp does."""
+    groups, R = cols // GROUP, rows_together
+
+    def dot(acc, a, b):
+        if instruction == "vnni":
+            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.256"), acc, a, b,
+                                           dtype="int32x8")
+        pairs16 = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"), a, b,
+                                          dtype="int16x16")
+        return acc + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs16,
+                                             T.broadcast(T.int16(1), 16), dtype="int32x8")
+
+    def products(codes, xq, n, g):
+        x = xq.vload([g * GROUP], "int8x32")
+        signed = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.psign.b"),
+                                         codes.vload([n, g * GROUP], "int8x32"), x, dtype="int8x32")
+        return dot(T.broadcast(T.int32(0), 8), T.reinterpret(T.abs(x), dtype="uint8x32"), signed)
+
+    @T.prim_func
+    def q8_gemv(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
+                codes: T.Buffer((rows, cols), "int8"), scale: T.Buffer((rows, groups), "float16"),
+                y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+        T.func_attr({"tirx.noalias": True})
+        for c in T.parallel(rows // R):
+            for r in T.unroll(R):
+                lanes[c * R + r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+            for g in range(groups):
+                for r in T.unroll(R):
+                    lanes[c * R + r, T.ramp(0, 1, 8)] = lanes[c * R + r, T.ramp(0, 1, 8)] + T.Cast(
+                        "float32x8", products(codes, xq, c * R + r, g)) * T.broadcast(
+                        T.Cast("float32", scale[c * R + r, g]) * xscale[g], 8)
+            for r in T.unroll(R):
+                y[c * R + r] = lanes[c * R + r, 0] + lanes[c * R + r, 1] + lanes[c * R + r, 2] + lanes[c * R + r, 3] + \
+                    lanes[c * R + r, 4] + lanes[c * R + r, 5] + lanes[c * R + r, 6] + lanes[c * R + r, 7]
+
+    return q8_gemv
+
+
+def argmax_kernel(n: int):
+    """The index of the largest value: the greedy choice, made where the logits are."""
+
+    @T.prim_func
+    def argmax(values: T.Buffer((n,), "float32"), best: T.Buffer((1,), "int32")):
+        T.func_attr({"tirx.noalias": True})
+        top = T.decl_buffer((1,), "float32")
+        top[0] = values[0]
+        best[0] = 0
+        for i in range(1, n):
+            if values[i] > top[0]:
+                top[0] = values[i]
+                best[0] = i
+
+    return argmax
+
+
+# ---- the step ----------------------------------------------------------------------------------------------------
+
+def _index(i: int) -> relax.Expr:
+    """A layer's number as a kernel's int32 argument."""
+    return relax.prim_value(tvm.tirx.IntImm("int32", i))
+
+
+def _tensor(shape, dtype: str) -> relax.TensorType:
+    return relax.TensorType([int(d) for d in shape], dtype)
+
+
+def step_module(weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT) -> tvm.IRModule:
+    """The decoding step as a Relax module: ``main(token, pos, k_cache, v_cache, *weights.arrays())`` returns
+    (next token, logits, k_cache, v_cache), the caches written in place."""
+    s, eps = weights.shape, 1e-5
+    instruction = instruction or int8.int8_instruction(machine.cpu_target())
+    D, F, hd = s.width, s.mlp, s.head_dim
+    layers = s.layers
+    bb = relax.BlockBuilder()
+    kernels = {
+        "embed": embed_kernel(s.vocab, D),
+        "attn_norm": add_norm_quantize_kernel(D, layers, eps),
+        "ffn_norm": add_norm_quantize_kernel(D, layers, eps),
+        "quantize": quantize_kernel(D),
+        "final_norm": add_norm_quantize_kernel(D, 1, eps, paired=False),
+        "qkv": _stacked_gemv(weights.qkv, instruction),
+        "out": _stacked_gemv(weights.out, instruction),
+        "gate_up": _stacked_gemv(weights.gate_up, instruction),
+        "down": _stacked_gemv(weights.down, instruction),
+        "rope_and_cache": rope_and_cache_kernel(s, context),
+        "attention": attention_kernel(s, context),
+        "silu_mul_quantize": silu_mul_quantize_kernel(F),
+        "logits": q8_gemv_kernel(s.vocab, D, instruction, rows_together=1),
+        "argmax": argmax_kernel(s.vocab),
+    }
+    gv = {name: bb.add_func(func.with_attr("global_symbol", name), name) for name, func in kernels.items()}
+    cache_shape = (layers, s.kv_heads, context, hd)
+    params = [relax.Var("token", _tensor((1,), "int32")), relax.Var("pos", _tensor((1,), "int32")),
+              relax.Var("k_cache", _tensor(cache_shape, "float32")), relax.Var("v_cache", _tensor(cache_shape, "float32"))]
+    names = ["qkv_codes", "qkv_scale", "qkv_min", "out_codes", "out_scale", "out_min", "gate_up_codes", "gate_up_scale",
+             "gate_up_min", "down_codes", "down_scale", "down_min", "attn_norm", "ffn_norm", "final_norm", "embed_codes",
+             "embed_scale", "cos", "sin"]
+    weight_vars = {n: relax.Var(n, _tensor(a.shape, str(a.dtype))) for n, a in zip(names, weights.arrays())}
+    token, pos, k_cache, v_cache = params
+    w = weight_vars
+
+    def quantized(width):
+        return [_tensor((width,), "int8"), _tensor((width // GROUP,), "float32"), _tensor((width // GROUP,), "float32"),
+                _tensor((width,), "float32")]
+
+    def gemv(name, x, layer, rows):
+        out = bb.emit(relax.call_tir(gv[name], [x[0], x[1], x[2], w[f"{name}_codes"], w[f"{name}_scale"],
+                                                w[f"{name}_min"], _index(layer)],
+                                     [_tensor((rows,), "float32"), _tensor((rows, 8), "float32")]))
+        return bb.emit(relax.TupleGetItem(out, 0))
+
+    def norm(kernel, h, delta, weight, layer, width=D):
+        out = bb.emit(relax.call_tir(gv[kernel], [h, delta, weight, _index(layer)],
+                                     [_tensor((width,), "float32"), *quantized(width)]))
+        return [bb.emit(relax.TupleGetItem(out, i)) for i in range(4)]
+
+    with bb.function("main", params + list(weight_vars.values())):
+        with bb.dataflow():
+            h = bb.emit(relax.call_tir(gv["embed"], [token, w["embed_codes"], w["embed_scale"]], _tensor((D,), "float32")))
+            delta = bb.emit(relax.op.zeros((D,), "float32"))
+            for layer in range(layers):
+                h, *x = norm("attn_norm", h, delta, w["attn_norm"], layer)
+                qkv = gemv("qkv", x, layer, weights.qkv.rows)
+                rotated = bb.emit(relax.op.call_tir_inplace(
+                    gv["rope_and_cache"], [qkv, pos, w["cos"], w["sin"], k_cache, v_cache, _index(layer)],
+                    [-1, 4, 5], [_tensor((s.heads * hd,), "float32"), _tensor(cache_shape, "float32"),
+                                 _tensor(cache_shape, "float32")]))
+                q, k_cache, v_cache = (bb.emit(relax.TupleGetItem(rotated, i)) for i in range(3))
+                attended = bb.emit(relax.call_tir(gv["attention"], [q, pos, k_cache, v_cache, _index(layer)],
+                                                  [_tensor((s.heads * hd,), "float32"),
+                                                   _tensor((s.heads, context), "float32")]))
+                a = bb.emit(relax.call_tir(gv["quantize"], [bb.emit(relax.TupleGetItem(attended, 0))], quantized(D)[:3]))
+                delta = gemv("out", [bb.emit(relax.TupleGetItem(a, i)) for i in range(3)], layer, D)
+                h, *x = norm("ffn_norm", h, delta, w["ffn_norm"], layer)
+                gate_up = gemv("gate_up", x, layer, weights.gate_up.rows)
+                mlp = bb.emit(relax.call_tir(gv["silu_mul_quantize"], [gate_up], quantized(F)))
+                delta = gemv("down", [bb.emit(relax.TupleGetItem(mlp, i)) for i in range(3)], layer, D)
+            h, *x = norm("final_norm", h, delta, w["final_norm"], 0)
+            logits = bb.emit(relax.call_tir(gv["logits"], [x[0], x[1], w["embed_codes"], w["embed_scale"]],
+                                            [_tensor((s.vocab,), "float32"), _tensor((s.vocab, 8), "float32")]))
+            logits = bb.emit(relax.TupleGetItem(logits, 0))
+            best = bb.emit(relax.call_tir(gv["argmax"], [logits], _tensor((1,), "int32")))
+            result = bb.emit_output(relax.Tuple([best, logits, k_cache, v_cache]))
+        bb.emit_func_output(result)
+    return bb.get()
+
+
+def _stacked_gemv(stacked: Stacked, instruction: str):
+    """``qgemv.int8_gemv`` over a stacked matrix, the layer an argument."""
+    return qgemv.int8_gemv(stacked.rows, stacked.cols, instruction, layers=stacked.codes.shape[0])
+
+
+def build_pipeline() -> tvm.transform.Pass:
+    """TVM's default Relax build passes but one: ``RewriteDataflowReshape`` reads every kernel as a block-style
+    (``s_tir``) function and stops at the step's loop-by-loop kernels; none of them reshapes anything."""
+    from tvm.relax import backend, transform
+
+    return tvm.transform.Sequential([
+        backend.DispatchSampling(), backend.DispatchSortScan(), transform.LegalizeOps(), transform.ToNonDataflow(),
+        transform.RemovePurityChecking(), transform.CallTIRRewrite(), transform.StaticPlanBlockMemory(),
+        transform.LowerAllocTensor(), transform.KillAfterLastUse(), transform.LowerRuntimeBuiltin(),
+        transform.ComputePrimValue(), transform.VMShapeLower(), transform.AttachGlobalSymbol(),
+    ])
+
+
+class Decoder:
+    """The compiled step with its weights and caches on the device: ``feed`` a prompt, ``generate`` greedily."""
+
+    def __init__(self, weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT,
+                 target: tvm.target.Target | None = None) -> None:
+        if not 0 < context <= weights.cos.shape[0]:
+            raise CourseError(f"context must be 1 to {weights.cos.shape[0]} positions (the rotation tables' length); "
+                              f"got {context}")
+        weights = dataclasses.replace(weights, cos=weights.cos[:context], sin=weights.sin[:context])
+        self.weights, self.context = weights, context
+        self.device = tvm.cpu()
+        target = target or machine.cpu_target()
+        self.executable = tvm.compile(step_module(weights, instruction, context), target=target,
+                                      relax_pipeline=build_pipeline())
+        self.vm = relax.VirtualMachine(self.executable, self.device)
+        self.step_fn = self.vm["main"]
+        self.params = [tvm.runtime.tensor(a, self.device) for a in weights.arrays()]
+        cache = (weights.shape.layers, weights.shape.kv_heads, context, weights.shape.head_dim)
+        self.k_cache = tvm.runtime.tensor(np.zeros(cache, np.float32), self.device)
+        self.v_cache = tvm.runtime.tensor(np.zeros(cache, np.float32), self.device)
+        self.length = 0
+
+    def step(self, token) -> tuple:
+        """One token at the next position: (the greedy next token, the logits), both still on the device."""
+        if self.length >= self.context:
+            raise CourseError(f"the cache holds {self.context} positions; start again with reset() or a larger context")
+        token = token if isinstance(token, tvm.runtime.Tensor) else tvm.runtime.tensor(np.array([token], np.int32))
+        pos = tvm.runtime.tensor(np.array([self.length], np.int32), self.device)
+        best, logits, *_ = self.step_fn(token, pos, self.k_cache, self.v_cache, *self.params)
+        self.length += 1
+        return best, logits
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def feed(self, ids) -> tuple:
+        """The prompt, one token a step (its keys and values into the cache): the last step's outputs."""
+        out = None
+        for token in ids:
+            out = self.step(int(token))
+        return out
+
+    def generate(self, ids, max_new_tokens: int, stop: int | None = None) -> tuple[list[int], float]:
+        """Greedy tokens after the prompt ``ids``, and the seconds they took (the prompt included)."""
+        self.reset()
+        start = time.perf_counter()
+        best, _ = self.feed(ids)
+        out = []
+        for _ in range(max_new_tokens):
+            token = int(best.numpy()[0])
+            out.append(token)
+            if token == stop:
+                break
+            best, _ = self.step(best)
+        return out, time.perf_counter() - start
