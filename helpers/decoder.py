@@ -515,3 +515,29 @@ class Decoder:
                 break
             best, _ = self.step(best)
         return out, time.perf_counter() - start
+
+    def kernel_times(self, token: int = 1, repeats: int = 5) -> dict[str, float]:
+        """Milliseconds per step in each function the VM calls (the kernels by name, the VM's own ``vm.builtin.*``
+        calls added up), one step at the current position taken ``repeats`` times: the VM's instrument hook,
+        timing each call. The hook's own cost (a Python call around each) inflates the total a little."""
+        spent: dict[str, float] = {}
+        started: list[float] = []
+
+        def hook(func, name, before_run, ret_value, *args):
+            if before_run:
+                started.append(time.perf_counter())
+            else:
+                key = "VM's own calls (allocations, tuples)" if name.startswith("vm.builtin.") else name
+                spent[key] = spent.get(key, 0.0) + (time.perf_counter() - started.pop()) * 1e3 / repeats
+            return 0
+
+        length = self.length
+        token_in = tvm.runtime.tensor(np.array([token], np.int32))
+        pos = tvm.runtime.tensor(np.array([length], np.int32), self.device)
+        self.vm.set_instrument(hook)
+        try:
+            for _ in range(repeats):
+                self.step_fn(token_in, pos, self.k_cache, self.v_cache, *self.params)
+        finally:
+            self.vm.set_instrument(None)
+        return dict(sorted(spent.items(), key=lambda kv: -kv[1]))

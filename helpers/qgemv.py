@@ -16,6 +16,7 @@ roof the kernel is held against.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -319,6 +320,49 @@ def run_int8(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.nda
     args = int8_arguments(matrix, quantize_activation(x))
     lib["main"](*args)
     return args[-2].numpy()
+
+
+def schedules(target: tvm.target.Target | None = None) -> dict:
+    """The course's three builds of the product, by label: a function of a matrix shape to what ``build`` takes."""
+    instruction = int8.int8_instruction(target or machine.cpu_target())
+    return {"DLight cpu.GEMV": lambda shape: dlight_schedule(gemv(*shape), target),
+            "roofline schedule, float32 x": lambda shape: roofline_schedule(gemv(*shape)),
+            f"int8 x, {instruction} dot products": lambda shape: int8_gemv(*shape, instruction)}
+
+
+def token_runner(kernels: dict[tuple[int, int], tvm.runtime.Module], matrices: list[Q4Matrix],
+                 int8_input: bool) -> Callable[[], None]:
+    """One token's products: each matrix times a vector of its width, back to back, as a decoding step reads
+    them (``int8_input``: the vectors quantized beforehand, as a decoder quantizes each layer's input once)."""
+    rng = np.random.default_rng(0)
+    calls = []
+    for m in matrices:
+        x = rng.normal(size=m.shape[1]).astype(np.float32)
+        args = int8_arguments(m, quantize_activation(x)) if int8_input else arguments(m, x)
+        calls.append((kernels[m.shape]["main"], args))
+
+    def run() -> None:
+        for fn, args in calls:
+            fn(*args)
+    return run
+
+
+def time_products(matrices: list[Q4Matrix], builds: dict, bandwidth_gbs: float, repeats: int) -> dict:
+    """Each build (``schedules()``' form) over all ``matrices`` back to back, interleaved (``timing.measure``):
+    milliseconds for the lot, GB/s of weights read, and that as a share of ``bandwidth_gbs``. Matrices far
+    larger than the caches together are read from memory, as in a real step."""
+    from . import timing
+
+    shapes = sorted({m.shape for m in matrices})
+    runners = {label: token_runner({s: build(make(s)) for s in shapes}, matrices, label.startswith("int8"))
+               for label, make in builds.items()}
+    nbytes = sum(m.nbytes for m in matrices)
+    rows = {}
+    for t in timing.measure(runners, repeats=repeats):
+        gbs = nbytes / (t.median_ms * 1e6)
+        rows[t.label] = {"median_ms": t.median_ms, "q1_ms": t.q1_ms, "q3_ms": t.q3_ms, "gb_per_s": gbs,
+                         "share_of_bandwidth": gbs / bandwidth_gbs}
+    return {"matrices": len(matrices), "bytes": nbytes, "schedules": rows}
 
 
 def read_bandwidth_kernel(rows: int, cols: int) -> s_tir.Schedule:

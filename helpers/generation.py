@@ -1,0 +1,169 @@
+"""Whole generations as a user waits for them, each engine on the same prompt and file, and how often two
+builds choose the same next token on a real text.
+
+A decoding step timed alone leaves out what a user waits for: the prompt, and the trip each token makes
+back to the program that chooses the next one. So each engine here answers one prompt greedily, its time
+taken from the call to the last token, and the engines take turns (a round is one run of each), so that a
+slow minute of the machine falls on all of them. PyTorch runs the float32 reference (``llm.reference_model``),
+TVM the compiled step (``decoder.Decoder``), llama.cpp the same GGUF file where ``llama-cpp-python`` is
+installed (``pip install llama-cpp-python==0.3.36`` builds it, about 15 minutes on two cores).
+
+Introduced on Day 15.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import decoder, llm, machine
+from .config import REPO
+
+PYTORCH = "PyTorch eager, float32 weights"
+TVM = "TVM, int8 x 4-bit (decoder)"
+LLAMA_CPP = "llama.cpp (llama-cpp-python 0.3.36)"
+LLAMA_CPP_INSTALL = "pip install llama-cpp-python==0.3.36   (builds llama.cpp: about 15 minutes on two cores)"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One generation: seconds to the first new token (mostly the prompt), seconds in all, new tokens."""
+
+    first_s: float
+    total_s: float
+    tokens: int
+
+
+class _FirstToken:
+    """A transformers streamer that notes when the first new token came (its first call hands over the prompt)."""
+
+    def __init__(self) -> None:
+        self.calls, self.at = 0, 0.0
+
+    def put(self, value) -> None:
+        self.calls += 1
+        if self.calls == 2:
+            self.at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+def pytorch_engine(model, ids: list[int], new_tokens: int) -> Callable[[], Run]:
+    """``new_tokens`` greedy tokens after ``ids`` from the float32 reference and its KV cache."""
+
+    def run() -> Run:
+        streamer = _FirstToken()
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 do_sample=False, streamer=streamer)
+        return Run(streamer.at - start, time.perf_counter() - start, int(out.shape[1]) - len(ids))
+    return run
+
+
+def tvm_engine(step: decoder.Decoder, ids: list[int], new_tokens: int) -> Callable[[], Run]:
+    """The same from TVM's compiled step: the prompt fed one token a step, each next token left on the device."""
+
+    def run() -> Run:
+        step.reset()
+        start = time.perf_counter()
+        best, _ = step.feed(ids)
+        first = time.perf_counter()
+        for _ in range(new_tokens - 1):
+            best, _ = step.step(best)
+        int(best.numpy()[0])
+        return Run(first - start, time.perf_counter() - start, new_tokens)
+    return run
+
+
+def llama_cpp_engine(ids: list[int], new_tokens: int) -> Callable[[], Run] | None:
+    """The same from llama.cpp, on the same file and as many threads; None where it is not installed."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    model = Llama(model_path=str(llm.gguf_path()), n_threads=machine.core_count(), n_ctx=decoder.MAX_CONTEXT,
+                  verbose=False)
+
+    def run() -> Run:
+        start = time.perf_counter()
+        first, n = 0.0, 0
+        for _ in model.generate(ids, temp=0, top_k=1, reset=True):
+            n += 1
+            if n == 1:
+                first = time.perf_counter()
+            if n == new_tokens:
+                break
+        return Run(first - start, time.perf_counter() - start, n)
+    return run
+
+
+def compare(engines: dict[str, Callable[[], Run]], repeats: int) -> dict[str, dict]:
+    """Each engine ``repeats`` times, in rounds after one warm-up each: per engine the tokens per second over the
+    whole answer and after the first token (median and range), and the first token's milliseconds."""
+    for run in engines.values():
+        run()
+    runs: dict[str, list[Run]] = {name: [] for name in engines}
+    for _ in range(repeats):
+        for name, run in engines.items():
+            runs[name].append(run())
+    out = {}
+    for name, done in runs.items():
+        whole = sorted(r.tokens / r.total_s for r in done)
+        after = sorted((r.tokens - 1) / (r.total_s - r.first_s) for r in done)
+        out[name] = {"tokens": done[0].tokens, "tokens_per_s": float(np.median(whole)),
+                     "tokens_per_s_range": [whole[0], whole[-1]], "decode_tokens_per_s": float(np.median(after)),
+                     "decode_range": [after[0], after[-1]],
+                     "first_token_ms": float(np.median([r.first_s for r in done]) * 1e3)}
+    return out
+
+
+def recorded(engine: str = LLAMA_CPP) -> list[tuple[str, dict]]:
+    """What the reference machines measured for ``engine`` (``results/llm-*.json``): (CPU name, row) pairs."""
+    found = []
+    for path in sorted((REPO / "results").glob("llm-*.json")):
+        record = json.loads(path.read_text())
+        if engine in record.get("generation", {}):
+            found.append((f"{record['machine']['cpu']}, {record['machine']['cores']} cores", record["generation"][engine]))
+    return found
+
+
+def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
+    """The 95 % Wilson interval of a proportion: where the true agreement lies, given ``trials`` tokens."""
+    if trials <= 0:
+        raise ValueError("an interval needs at least one trial")
+    p = successes / trials
+    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def real_text(tokens: int, tok) -> list[int]:
+    """The first ``tokens`` tokens of English documentation every Python has (``pydoc_data.topics``: the
+    language reference's sections), cut at a section's start."""
+    from pydoc_data.topics import topics
+
+    text = "\n\n".join(topics[name] for name in sorted(topics))
+    return tok(text[: tokens * 8], add_special_tokens=False)["input_ids"][:tokens]
+
+
+def next_token_agreement(step: decoder.Decoder, model, ids: list[int]) -> dict:
+    """How often TVM's step and the float32 reference choose the same next token, position by position, reading
+    the same text ``ids`` (each sees the true text, not its own choices): the count, the share and its Wilson
+    interval."""
+    with torch.inference_mode():
+        want = model(torch.tensor([ids])).logits[0].argmax(-1).numpy()
+    step.reset()
+    got = []
+    for token in ids:
+        best, _ = step.step(int(token))
+        got.append(int(best.numpy()[0]))
+    same = int(np.sum(np.array(got) == want))
+    return {"agree": same, "positions": len(ids), "share": same / len(ids), "interval": wilson(same, len(ids))}
