@@ -16,7 +16,7 @@ The learner's modules, the days whose notebooks import them (``tests/test_archit
 notebooks and checks this table), and what each owns:
 
     module           days                          owns
-    machine          0-14                          the CPU (LLVM name, features, cores, FMA units), TVM's targets, GPU or not, a smaller CPU class imitated
+    machine          0-15                          the CPU (LLVM name, features, cores, FMA units), TVM's targets, GPU or not, a smaller CPU class imitated
     models           0-10, 12-14                   torchvision models, example inputs, torch.export to Relax with the weights split out
     build            0-10, 12-14                   compile, load and run on the VirtualMachine, parity with PyTorch, the fusion passes
     ir               0-3, 5-7, 9-10, 12-14         operator histograms, kernel counts, fused functions, a convolution's FLOPs
@@ -24,13 +24,13 @@ notebooks and checks this table), and what each owns:
     reference        0-14                          what the reference machines measured, printed beside this machine's value
     zoo              11                            the capstone: a model through the whole pipeline, its operator mix
     timing           2, 4-5, 7-14                  one timing method for every backend, its records and tables, runners, busy cores
-    config           4-5, 7-14                     quick mode (``pick``), the grading load, where the course lives
+    config           4-5, 7-15                     quick mode (``pick``), the grading load, where the course lives
     dynamic          4                             one build for every batch size
     peers            4, 7-8, 11-14                 the engines tuned TVM is held against, checked against eager; the tables' labels
-    plotting         4-5, 7-9, 11-14               every plot, titled and labelled
+    plotting         4-5, 7-9, 11-15               every plot, titled and labelled
     profiling        5, 8, 12, 13                  per-kernel times from the VM's instrument hook
     export           6, 12-14                      a deployable artefact, run in a fresh process
-    kernels          7-8, 13-14                    one TensorIR kernel in NCHW and NCHWc, GFLOP/s against the peak, TVM's thread pool
+    kernels          7-8, 13-15                    one TensorIR kernel in NCHW and NCHWc, GFLOP/s against the peak, TVM's thread pool
     nchwc            7, 12                         a whole model's convolutions in channel blocks, Day 7's schedule as a search space; a channels-last depthwise one
     databases        7-8, 10, 12-14                which tuning database a model is built with, and why
     tuning           8, 12-14                      MetaSchedule: search, in-process builds, databases, tuned builds (a package)
@@ -52,9 +52,10 @@ notebooks and checks this table), and what each owns:
     transformer      14                            a small GPT: symbolic length, buckets, decoding with a KV cache
     paged_cache      14                            TVM's paged KV cache for the small GPT
     hugging_face     14                            Hugging Face architectures built from a config, through TVM
-    qgemv            -                             4-bit group-quantized weights (GGUF's Q4_1), their dequantize-and-multiply as one kernel, its schedules, the read bandwidth
-    llm              -                             SmolLM2-135M from its registry package: its GGUF file, shape, tokenizer, a PyTorch reference with its trained weights, the bytes a token reads
-    decoder          -                             SmolLM2's decoding step compiled by TVM: hand-written kernels in one Relax function, the KV cache in place, greedy tokens
+    qgemv            15                            4-bit group-quantized weights (GGUF's Q4_1), their dequantize-and-multiply as one kernel, its schedules, the read bandwidth
+    llm              15                            SmolLM2-135M from its registry package: its GGUF file, shape, tokenizer, a PyTorch reference with its trained weights, the bytes a token reads
+    decoder          15                            SmolLM2's decoding step compiled by TVM: hand-written kernels in one Relax function, the KV cache in place, greedy tokens
+    generation       15                            whole generations of PyTorch, TVM and llama.cpp in rounds, tokens/s; next-token agreement on real text
     results          -                             the results files in results/ (no day imports it yet: Days 8, 11, 13 use ``benchmark``)
     cache            -                             tuned builds compiled once, then loaded; the test suite's import cache
     capture          3                             stderr capture, C++ included (Days 6, 13 and 14 use it as ``export.capture_stderr``)

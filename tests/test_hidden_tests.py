@@ -1282,3 +1282,126 @@ def test_day08_hidden_tests_alone_catch_failed_records_and_other_cpus_records(wr
     exec(visible, namespace)   # the visible part passes on either mistake
     with pytest.raises(AssertionError, match=message):
         exec(hidden, namespace)
+
+
+# ---------------------------------------------------------------- Day 15: bytes per token, Q4_0 as a tensor expression, the 8-bit product's schedule
+
+DAY15 = "day15_llm"
+
+
+def _day15_namespace(**extra) -> dict:
+    import gguf
+    from tvm import s_tir, te
+
+    from helpers import kernels, llm
+
+    namespace = dict(np=np, tvm=tvm, te=te, s_tir=s_tir, gguf=gguf, kernels=kernels, llm=llm, target=machine.cpu_target())
+    nb = nbformat.read(grading.REPO / grading.SOURCE / DAY15 / f"{DAY15}.ipynb", as_version=4)
+    exec(next(c.source for c in nb.cells if c.source.startswith("def q8_gemv(")), namespace)   # the notebook's own
+    return namespace | extra
+
+
+def test_day15_solutions_pass_their_tests():
+    for exercise in ("bytes_per_token", "q4_0_weights", "schedule_q8"):
+        namespace = _day15_namespace()
+        exec(_cell(DAY15, exercise), namespace)
+        exec(_cell(DAY15, f"test_{exercise}"), namespace)
+
+
+def _bytes_per_token(kv_as_width=False, no_norms=False, tied_twice=False, untied_as_tied=False):
+    def bytes_per_token(shape, weight_bits, embed_bits, tied=True):
+        kv = shape.width if kv_as_width else shape.kv_heads * shape.head_dim
+        weights = shape.layers * (2 * shape.width ** 2 + 2 * kv * shape.width + 3 * shape.mlp * shape.width)
+        total = weights * weight_bits / 8 + (0 if no_norms else (2 * shape.layers + 1) * shape.width * 4)
+        if tied or untied_as_tied:
+            total += shape.vocab * shape.width * embed_bits / 8 * (2 if tied_twice else 1)
+        else:
+            total += shape.vocab * shape.width * weight_bits / 8 + shape.width * embed_bits / 8
+        return int(round(total))
+    return bytes_per_token
+
+
+@pytest.mark.parametrize("mistake", [dict(kv_as_width=True), dict(no_norms=True), dict(tied_twice=True)])
+def test_day15_bytes_tests_catch_full_size_keys_forgotten_norms_and_an_embedding_read_twice(mistake):
+    with pytest.raises(AssertionError, match="bytes"):
+        exec(_cell(DAY15, "test_bytes_per_token"), _day15_namespace(bytes_per_token=_bytes_per_token(**mistake)))
+
+
+def test_day15_hidden_bytes_tests_alone_catch_an_untied_output_layer_read_at_the_embeddings_bits():
+    visible, hidden = _parts(DAY15, "test_bytes_per_token")
+    namespace = _day15_namespace(bytes_per_token=_bytes_per_token(untied_as_tied=True))
+    exec(visible, namespace)    # SmolLM2 is tied: the visible test cannot tell
+    with pytest.raises(AssertionError, match="tied=False"):
+        exec(hidden, namespace)
+
+
+def _q4_0_weights(offset=8, interleaved=False, group=None):
+    from tvm import te
+
+    def q4_0_weights(codes, scale):
+        rows, half_cols = (int(d) for d in codes.shape)
+        size = group or 2 * half_cols // int(scale.shape[1])
+        half = size // 2
+
+        def weight(n, k):
+            g, i = k // size, k % size
+            if interleaved:   # codes 2j and 2j + 1 in byte j, as some formats pack them
+                byte = codes[n, g * half + i // 2]
+                code = te.if_then_else(i % 2 == 0, byte & tvm.tirx.const(15, "uint8"), byte >> tvm.tirx.const(4, "uint8"))
+            else:
+                byte = codes[n, g * half + i % half]
+                code = te.if_then_else(i < half, byte & tvm.tirx.const(15, "uint8"), byte >> tvm.tirx.const(4, "uint8"))
+            return scale[n, g].astype("float32") * (code.astype("float32") - float(offset))
+
+        return te.compute((rows, 2 * half_cols), weight, name="weights")
+    return q4_0_weights
+
+
+@pytest.mark.parametrize("mistake", [dict(offset=0), dict(interleaved=True)])
+def test_day15_q4_0_tests_catch_codes_without_their_offset_and_interleaved_nibbles(mistake):
+    with pytest.raises(AssertionError, match="weights differ"):
+        exec(_cell(DAY15, "test_q4_0_weights"), _day15_namespace(q4_0_weights=_q4_0_weights(**mistake)))
+
+
+def test_day15_hidden_q4_0_tests_alone_catch_groups_of_32_built_in():
+    visible, hidden = _parts(DAY15, "test_q4_0_weights")
+    namespace = _day15_namespace(q4_0_weights=_q4_0_weights(group=32))
+    exec(visible, namespace)
+    with pytest.raises(AssertionError, match="groups of"):
+        exec(hidden, namespace)
+
+
+def _schedule_q8(parallel=True, vectorize=True, scalar=False):
+    from tvm import s_tir
+
+    def schedule_q8(func):
+        sch = s_tir.Schedule(func)
+        if scalar:   # lanes across groups, 32 codes apart: each lane a gather, the sums scalar in effect
+            n, g, j = sch.get_loops(sch.get_sblock("y"))
+            partial = sch.rfactor(g, factor_axis=1)
+            n, g, j = sch.get_loops(partial)
+            sch.reorder(n, j, g)
+            sch.reverse_compute_at(sch.get_sblock("y"), n)
+            sch.parallel(n)
+            sch.vectorize(g)
+            sch.decompose_reduction(partial, j)
+            return sch
+        n, g, j = sch.get_loops(sch.get_sblock("y"))
+        partial = sch.rfactor(j, factor_axis=1)
+        n, g, j = sch.get_loops(partial)
+        sch.reverse_compute_at(sch.get_sblock("y"), n)
+        if parallel:
+            sch.parallel(n)
+        if vectorize:
+            sch.vectorize(j)
+        sch.decompose_reduction(partial, g)
+        return sch
+    return schedule_q8
+
+
+@pytest.mark.parametrize("mistake, message", [(dict(parallel=False), "no parallel loop"),
+                                              (dict(vectorize=False), "no vectorized loop"),
+                                              (dict(scalar=True), "at least 3x")])
+def test_day15_schedule_tests_catch_a_serial_loop_scalar_sums_and_a_slow_schedule(mistake, message):
+    with pytest.raises(AssertionError, match=message):
+        exec(_cell(DAY15, "test_schedule_q8"), _day15_namespace(schedule_q8=_schedule_q8(**mistake)))

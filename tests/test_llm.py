@@ -15,7 +15,22 @@ from helpers import llm, qgemv
 
 @pytest.fixture(scope="module")
 def reference():
-    return llm.reference_model(), llm.tokenizer()
+    """Made from the GGUF file itself (the kept float copy bypassed), which keeps a copy if none is there."""
+    from helpers.cache import NO_CACHE_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(NO_CACHE_ENV, "1")
+        return llm.reference_model(), llm.tokenizer()
+
+
+def test_the_kept_float_copy_is_the_model_made_from_the_file(reference):
+    model, tok = reference
+    kept = llm.reference_model()
+    assert llm._cached(llm.gguf_path()) is not None
+    mine, theirs = model.state_dict(), kept.state_dict()
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert kept.lm_head.weight.data_ptr() == kept.model.embed_tokens.weight.data_ptr(), "the output layer stays tied"
+    assert llm.tokenizer()("Hello, world")["input_ids"] == tok("Hello, world")["input_ids"]
 
 
 def test_the_file_is_smollm2_135m_in_4_bit_groups():
