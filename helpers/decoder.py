@@ -316,19 +316,20 @@ def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 
     @T.prim_func
     def q8_gemv(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
                 codes: T.Buffer((rows, cols), "int8"), scale: T.Buffer((rows, groups), "float16"),
-                y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+                y: T.Buffer((rows,), "float32")):
         T.func_attr({"tirx.noalias": True})
         for c in T.parallel(rows // R):
+            lanes = T.decl_buffer((R, 8), "float32", scope="global")   # on the stack (see qgemv.int8_gemv)
             for r in T.unroll(R):
-                lanes[c * R + r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                lanes[r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
             for g in range(groups):
                 for r in T.unroll(R):
-                    lanes[c * R + r, T.ramp(0, 1, 8)] = lanes[c * R + r, T.ramp(0, 1, 8)] + T.Cast(
+                    lanes[r, T.ramp(0, 1, 8)] = lanes[r, T.ramp(0, 1, 8)] + T.Cast(
                         "float32x8", products(codes, xq, c * R + r, g)) * T.broadcast(
                         T.Cast("float32", scale[c * R + r, g]) * xscale[g], 8)
             for r in T.unroll(R):
-                y[c * R + r] = lanes[c * R + r, 0] + lanes[c * R + r, 1] + lanes[c * R + r, 2] + lanes[c * R + r, 3] + \
-                    lanes[c * R + r, 4] + lanes[c * R + r, 5] + lanes[c * R + r, 6] + lanes[c * R + r, 7]
+                y[c * R + r] = lanes[r, 0] + lanes[r, 1] + lanes[r, 2] + lanes[r, 3] + lanes[r, 4] + lanes[r, 5] + \
+                    lanes[r, 6] + lanes[r, 7]
 
     return q8_gemv
 
@@ -401,10 +402,8 @@ def step_module(weights: Weights, instruction: str | None = None, context: int =
                 _tensor((width,), "float32")]
 
     def gemv(name, x, layer, rows):
-        out = bb.emit(relax.call_tir(gv[name], [x[0], x[1], x[2], w[f"{name}_codes"], w[f"{name}_scale"],
-                                                w[f"{name}_min"], _index(layer)],
-                                     [_tensor((rows,), "float32"), _tensor((rows, 8), "float32")]))
-        return bb.emit(relax.TupleGetItem(out, 0))
+        return bb.emit(relax.call_tir(gv[name], [x[0], x[1], x[2], w[f"{name}_codes"], w[f"{name}_scale"],
+                                                 w[f"{name}_min"], _index(layer)], _tensor((rows,), "float32")))
 
     def norm(kernel, h, delta, weight, layer, width=D):
         out = bb.emit(relax.call_tir(gv[kernel], [h, delta, weight, _index(layer)],
@@ -434,8 +433,7 @@ def step_module(weights: Weights, instruction: str | None = None, context: int =
                 delta = gemv("down", [bb.emit(relax.TupleGetItem(mlp, i)) for i in range(3)], layer, D)
             h, *x = norm("final_norm", h, delta, w["final_norm"], 0)
             logits = bb.emit(relax.call_tir(gv["logits"], [x[0], x[1], w["embed_codes"], w["embed_scale"]],
-                                            [_tensor((s.vocab,), "float32"), _tensor((s.vocab, 8), "float32")]))
-            logits = bb.emit(relax.TupleGetItem(logits, 0))
+                                            _tensor((s.vocab,), "float32")))
             best = bb.emit(relax.call_tir(gv["argmax"], [logits], _tensor((1,), "int32")))
             result = bb.emit_output(relax.Tuple([best, logits, k_cache, v_cache]))
         bb.emit_func_output(result)

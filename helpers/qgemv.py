@@ -227,7 +227,7 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
     the last 16, which is why ``x`` is laid out in that order.
 
     Written as a TIR function, loop by loop: no vector value is bound to a name inside the parallel loop (TVM
-    turns each such binding into a heap allocation on every iteration, 4x slower here). With ``layers``, the
+    turns each such binding into a workspace allocation on every iteration, 4x slower here). With ``layers``, the
     matrices are every layer's stacked ([layers, rows, ...]) and an integer argument after them picks one."""
     _check_groups(cols, 2 * GGUF_GROUP)
     if rows % rows_together:
@@ -262,29 +262,31 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
         return T.Select(T.ramp(0, 1, 8) < T.broadcast(4, 8), T.broadcast(first, 8), T.broadcast(second, 8))
 
     @T.macro
-    def body(xq, xscale, xsum, codes, scale, minimum, y, lanes):
+    def body(xq, xscale, xsum, codes, scale, minimum, y):
         for c in T.parallel(rows // R):
+            # R rows' 8 lanes of partial sums: a small array in "global" scope inside the parallel loop stays on
+            # each thread's stack ("local" would ask TVM's workspace allocator for it on every iteration)
+            lanes = T.decl_buffer((R, 8), "float32", scope="global")
             for r in T.unroll(R):
-                lanes[c * R + r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                lanes[r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
                 y[c * R + r] = T.float32(0)
             for p in range(pairs):
                 for r in T.unroll(R):
-                    lanes[c * R + r, T.ramp(0, 1, 8)] = lanes[c * R + r, T.ramp(0, 1, 8)] + T.Cast(
+                    lanes[r, T.ramp(0, 1, 8)] = lanes[r, T.ramp(0, 1, 8)] + T.Cast(
                         "float32x8", products(codes, xq, c * R + r, p)) * scales(scale, xscale, c * R + r, p)
                     y[c * R + r] = y[c * R + r] + T.Cast("float32", minimum[c * R + r, 2 * p]) * xsum[2 * p] + \
                         T.Cast("float32", minimum[c * R + r, 2 * p + 1]) * xsum[2 * p + 1]
             for r in T.unroll(R):
-                y[c * R + r] = y[c * R + r] + lanes[c * R + r, 0] + lanes[c * R + r, 1] + lanes[c * R + r, 2] + \
-                    lanes[c * R + r, 3] + lanes[c * R + r, 4] + lanes[c * R + r, 5] + lanes[c * R + r, 6] + \
-                    lanes[c * R + r, 7]
+                y[c * R + r] = y[c * R + r] + lanes[r, 0] + lanes[r, 1] + lanes[r, 2] + lanes[r, 3] + lanes[r, 4] + \
+                    lanes[r, 5] + lanes[r, 6] + lanes[r, 7]
 
     @T.prim_func
     def main(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
              xsum: T.Buffer((groups,), "float32"), codes: T.Buffer((rows, cols // 2), "uint8"),
              scale: T.Buffer((rows, groups), "float16"), minimum: T.Buffer((rows, groups), "float16"),
-             y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+             y: T.Buffer((rows,), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
-        body(xq, xscale, xsum, codes, scale, minimum, y, lanes)
+        body(xq, xscale, xsum, codes, scale, minimum, y)
 
     L = layers or 1
 
@@ -292,12 +294,12 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
     def stacked(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
                 xsum: T.Buffer((groups,), "float32"), all_codes: T.Buffer((L, rows, cols // 2), "uint8"),
                 all_scale: T.Buffer((L, rows, groups), "float16"), all_minimum: T.Buffer((L, rows, groups), "float16"),
-                layer: T.int32, y: T.Buffer((rows,), "float32"), lanes: T.Buffer((rows, 8), "float32")):
+                layer: T.int32, y: T.Buffer((rows,), "float32")):
         T.func_attr({"global_symbol": "main", "tirx.noalias": True})
         codes = T.decl_buffer((rows, cols // 2), "uint8", data=all_codes.data, elem_offset=layer * rows * (cols // 2))
         scale = T.decl_buffer((rows, groups), "float16", data=all_scale.data, elem_offset=layer * rows * groups)
         minimum = T.decl_buffer((rows, groups), "float16", data=all_minimum.data, elem_offset=layer * rows * groups)
-        body(xq, xscale, xsum, codes, scale, minimum, y, lanes)
+        body(xq, xscale, xsum, codes, scale, minimum, y)
 
     if layers is not None:
         return stacked
@@ -305,13 +307,12 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
 
 
 def int8_arguments(matrix: Q4Matrix, x: Int8Vector, device: tvm.runtime.Device | None = None) -> list:
-    """``int8_gemv``'s arguments on ``device``: the int8 vector, the matrix, the output, the lanes' scratch."""
+    """``int8_gemv``'s arguments on ``device``: the int8 vector, the matrix, the output."""
     device = device or tvm.cpu()
     rows, _ = matrix.shape
     if matrix.group != GGUF_GROUP:
         raise QuantizedShapeError(f"int8_gemv reads groups of {GGUF_GROUP}; this matrix has groups of {matrix.group}")
-    arrays = (x.codes, x.scale, x.sums, matrix.codes, matrix.scale, matrix.minimum, np.zeros(rows, np.float32),
-              np.zeros((rows, 8), np.float32))
+    arrays = (x.codes, x.scale, x.sums, matrix.codes, matrix.scale, matrix.minimum, np.zeros(rows, np.float32))
     return [tvm.runtime.tensor(a, device) for a in arrays]
 
 
@@ -319,7 +320,7 @@ def run_int8(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.nda
     """``W @ x`` computed by a compiled ``int8_gemv``, ``x`` quantized first."""
     args = int8_arguments(matrix, quantize_activation(x))
     lib["main"](*args)
-    return args[-2].numpy()
+    return args[-1].numpy()
 
 
 def schedules(target: tvm.target.Target | None = None) -> dict:
