@@ -12,6 +12,8 @@ The weights stay as the GGUF file stores them (Q4_1 and Q8_0 groups); only the l
 ([layer, rows, ...]) so that one kernel serves every layer, told which by an integer argument. GGUF orders the
 rows of each query and key head for llama.cpp's rotation of adjacent pairs (``2i``, ``2i + 1``), and so does
 ``rope_and_cache``.
+
+Introduced on Day 15.
 """
 
 from __future__ import annotations
@@ -298,20 +300,11 @@ def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 
     so the sign of x moves onto the codes (``psign``) and |x| is the unsigned operand, as llama.cpp does."""
     groups, R = cols // GROUP, rows_together
 
-    def dot(acc, a, b):
-        if instruction == "vnni":
-            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.256"), acc, a, b,
-                                           dtype="int32x8")
-        pairs16 = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"), a, b,
-                                          dtype="int16x16")
-        return acc + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs16,
-                                             T.broadcast(T.int16(1), 16), dtype="int32x8")
-
     def products(codes, xq, n, g):
         x = xq.vload([g * GROUP], "int8x32")
         signed = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.psign.b"),
                                          codes.vload([n, g * GROUP], "int8x32"), x, dtype="int8x32")
-        return dot(T.broadcast(T.int32(0), 8), T.reinterpret(T.abs(x), dtype="uint8x32"), signed)
+        return qgemv.byte_dot(T.broadcast(T.int32(0), 8), T.reinterpret(T.abs(x), dtype="uint8x32"), signed, instruction)
 
     @T.prim_func
     def q8_gemv(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),

@@ -8,6 +8,8 @@ PyTorch reference of the same dequantized weights with ``transformers``; nothing
 
 The package's own Python module imports a plug-in framework the course does not install, so it is never
 imported: only its file is read (``make env`` installs the package without its dependencies).
+
+Introduced on Day 15.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import qgemv
+from .cache import NO_CACHE_ENV
 from .config import REPO
 from .errors import CourseError
 
@@ -124,8 +127,6 @@ def _float_copy(path: Path) -> Path:
 
 
 def _cached(path: Path) -> Path | None:
-    from .cache import NO_CACHE_ENV
-
     folder = _float_copy(path)
     return folder if folder.is_dir() and not os.environ.get(NO_CACHE_ENV) else None
 
@@ -164,13 +165,13 @@ def reference_model(path: Path | None = None):
     import logging
     from unittest import mock
 
+    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)   # torchao's notes to torch.compile, not ours
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
     from transformers import modeling_gguf_pytorch_utils as from_gguf
 
     transformers.utils.logging.disable_progress_bar()   # no bar of 272 tensors loading
-    logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)   # torchao's notes to torch.compile, not ours
     path = path or gguf_path()
     cached = _cached(path)
     if cached:

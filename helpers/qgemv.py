@@ -12,6 +12,8 @@ The helpers here split GGUF's blocks into three arrays TVM can index (codes, sca
 weights the same way for any group size, write the dequantize-and-multiply as one tensor expression, schedule
 it (TVM's own DLight rule, and one written for the roofline), and measure the machine's read bandwidth, the
 roof the kernel is held against.
+
+Introduced on Day 15.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tvm import s_tir, te
 
 from tvm.script import tirx as T
 
-from . import int8, machine
+from . import int8, machine, timing
 from .config import pick
 from .errors import CourseError
 
@@ -218,6 +220,18 @@ def quantize_activation(x: np.ndarray) -> Int8Vector:
     return Int8Vector(np.ascontiguousarray(laid_out), scale.astype(np.float32), sums.astype(np.float32))
 
 
+def byte_dot(acc, a, b, instruction: str):
+    """acc (8 int32 lanes) plus the products of 32 unsigned bytes ``a`` by 32 signed bytes ``b``, each lane adding
+    four: one ``vpdpbusd`` ("vnni"), or ``vpmaddubsw`` (pairs, in int16) then ``vpmaddwd`` by ones ("avx2"); a
+    TIR expression for the kernels written loop by loop."""
+    if instruction == "vnni":
+        return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.256"), acc, a, b,
+                                       dtype="int32x8")
+    pairs = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"), a, b, dtype="int16x16")
+    return acc + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs,
+                                         T.broadcast(T.int16(1), 16), dtype="int32x8")
+
+
 def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 4,
               layers: int | None = None) -> tvm.tirx.PrimFunc:
     """``y = W @ x`` with 4-bit ``W`` (groups of 32) and ``x`` in int8 (``quantize_activation``): the codes are
@@ -238,22 +252,13 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
                           "use roofline_schedule(gemv(...)), which reads float32 activations")
     groups, pairs, R = cols // GGUF_GROUP, cols // (2 * GGUF_GROUP), rows_together
 
-    def dot(acc, a, b):
-        if instruction == "vnni":
-            return T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.256"), acc, a, b,
-                                           dtype="int32x8")
-        pairs16 = T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.ub.sw"), a, b,
-                                          dtype="int16x16")
-        return acc + T.call_llvm_pure_intrin(T.llvm_lookup_intrinsic_id("llvm.x86.avx2.pmadd.wd"), pairs16,
-                                             T.broadcast(T.int16(1), 16), dtype="int32x8")
-
     def products(codes, xq, n, p):
         """The 8 int32 sums of a pair of groups: lanes 0-3 the first group's, 4-7 the second's."""
         both = codes.vload([n, p * 32], "uint8x32")
         low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
         high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
-        return dot(dot(T.broadcast(T.int32(0), 8), low, xq.vload([p * 64], "int8x32")), high,
-                   xq.vload([p * 64 + 32], "int8x32"))
+        first = byte_dot(T.broadcast(T.int32(0), 8), low, xq.vload([p * 64], "int8x32"), instruction)
+        return byte_dot(first, high, xq.vload([p * 64 + 32], "int8x32"), instruction)
 
     def scales(scale, xscale, n, p):
         """The pair's two scales (the weight's times the activation's), each over its group's four lanes."""
@@ -327,8 +332,8 @@ def schedules(target: tvm.target.Target | None = None) -> dict:
     """The course's three builds of the product, by label: a function of a matrix shape to what ``build`` takes."""
     instruction = int8.int8_instruction(target or machine.cpu_target())
     return {"DLight cpu.GEMV": lambda shape: dlight_schedule(gemv(*shape), target),
-            "roofline schedule, float32 x": lambda shape: roofline_schedule(gemv(*shape)),
-            f"int8 x, {instruction} dot products": lambda shape: int8_gemv(*shape, instruction)}
+            "roofline schedule, x in float32": lambda shape: roofline_schedule(gemv(*shape)),
+            f"int8 dot products ({instruction}), x in int8": lambda shape: int8_gemv(*shape, instruction)}
 
 
 def token_runner(kernels: dict[tuple[int, int], tvm.runtime.Module], matrices: list[Q4Matrix],
@@ -352,8 +357,6 @@ def time_products(matrices: list[Q4Matrix], builds: dict, bandwidth_gbs: float, 
     """Each build (``schedules()``' form) over all ``matrices`` back to back, interleaved (``timing.measure``):
     milliseconds for the lot, GB/s of weights read, and that as a share of ``bandwidth_gbs``. Matrices far
     larger than the caches together are read from memory, as in a real step."""
-    from . import timing
-
     shapes = sorted({m.shape for m in matrices})
     runners = {label: token_runner({s: build(make(s)) for s in shapes}, matrices, label.startswith("int8"))
                for label, make in builds.items()}

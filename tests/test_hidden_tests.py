@@ -1113,7 +1113,7 @@ def test_day14_the_right_softmax_written_differently_passes():
 
 
 @pytest.mark.parametrize("mistake, message", [
-    (dict(mask="top-left"), "relative error"),                      # is_causal's alignment
+    (dict(mask="top-left"), "aligned top-left"),                    # is_causal's alignment, named as such
     (dict(mask="strict"), "relative error"),                         # a query that cannot see itself
     (dict(fill="zero"), "relative error"),                           # masked scores as 0: exp(0) is not 0
     (dict(static=True), "use the shape's expressions"),               # int() of a symbolic size
