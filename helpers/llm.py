@@ -113,6 +113,11 @@ def bytes_per_token(path: Path | None = None) -> int:
     return sum(int(t.n_bytes) for t in reader(path).tensors)
 
 
+def float32_bytes_per_token(path: Path | None = None) -> int:
+    """``bytes_per_token`` of the same model with every tensor in float32, as the PyTorch reference holds it."""
+    return sum(int(np.prod([int(d) for d in t.shape])) * 4 for t in reader(path).tensors)
+
+
 def ceiling_tokens_per_s(bytes_per_step: int, bandwidth_gbs: float) -> float:
     """The most tokens a second a decoder can produce when each step must read ``bytes_per_step`` at
     ``bandwidth_gbs``: the memory roofline."""

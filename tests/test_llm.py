@@ -30,6 +30,7 @@ def test_the_kept_float_copy_is_the_model_made_from_the_file(reference):
     mine, theirs = model.state_dict(), kept.state_dict()
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
     assert kept.lm_head.weight.data_ptr() == kept.model.embed_tokens.weight.data_ptr(), "the output layer stays tied"
+    assert llm.float32_bytes_per_token() == sum(p.numel() * 4 for p in model.parameters())
     assert llm.tokenizer()("Hello, world")["input_ids"] == tok("Hello, world")["input_ids"]
 
 
