@@ -295,7 +295,7 @@ def silu_mul_quantize_kernel(mlp: int):
     return silu_mul_quantize
 
 
-def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 4):
+def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 4, prefetch_next: bool = True):
     """logits = codes x x for 8-bit codes (the tied embedding) and the int8 vector in natural order: both signed,
     so the sign of x moves onto the codes (``psign``) and |x| is the unsigned operand, as llama.cpp does."""
     groups, R = cols // GROUP, rows_together
@@ -316,6 +316,9 @@ def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 
             for r in T.unroll(R):
                 lanes[r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
             for g in range(groups):
+                if prefetch_next and g % 2 == 0:   # the next step's rows, a cache line at a time (see qgemv.prefetch)
+                    for r in T.unroll(R):
+                        qgemv.prefetch(codes, T.min(c * R + R + r, rows - 1), g * GROUP)
                 for r in T.unroll(R):
                     lanes[r, T.ramp(0, 1, 8)] = lanes[r, T.ramp(0, 1, 8)] + T.Cast(
                         "float32x8", products(codes, xq, c * R + r, g)) * T.broadcast(
@@ -355,7 +358,8 @@ def _tensor(shape, dtype: str) -> relax.TensorType:
     return relax.TensorType([int(d) for d in shape], dtype)
 
 
-def step_module(weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT) -> tvm.IRModule:
+def step_module(weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT,
+                prefetch_next: bool = True) -> tvm.IRModule:
     """The decoding step as a Relax module: ``main(token, pos, k_cache, v_cache, *weights.arrays())`` returns
     (next token, logits, k_cache, v_cache), the caches written in place."""
     s, eps = weights.shape, 1e-5
@@ -369,14 +373,14 @@ def step_module(weights: Weights, instruction: str | None = None, context: int =
         "ffn_norm": add_norm_quantize_kernel(D, layers, eps),
         "quantize": quantize_kernel(D),
         "final_norm": add_norm_quantize_kernel(D, 1, eps, paired=False),
-        "qkv": _stacked_gemv(weights.qkv, instruction),
-        "out": _stacked_gemv(weights.out, instruction),
-        "gate_up": _stacked_gemv(weights.gate_up, instruction),
-        "down": _stacked_gemv(weights.down, instruction),
+        "qkv": _stacked_gemv(weights.qkv, instruction, prefetch_next),
+        "out": _stacked_gemv(weights.out, instruction, prefetch_next),
+        "gate_up": _stacked_gemv(weights.gate_up, instruction, prefetch_next),
+        "down": _stacked_gemv(weights.down, instruction, prefetch_next),
         "rope_and_cache": rope_and_cache_kernel(s, context),
         "attention": attention_kernel(s, context),
         "silu_mul_quantize": silu_mul_quantize_kernel(F),
-        "logits": q8_gemv_kernel(s.vocab, D, instruction, rows_together=1),
+        "logits": q8_gemv_kernel(s.vocab, D, instruction, rows_together=1, prefetch_next=prefetch_next),
         "argmax": argmax_kernel(s.vocab),
     }
     gv = {name: bb.add_func(func.with_attr("global_symbol", name), name) for name, func in kernels.items()}
@@ -433,9 +437,10 @@ def step_module(weights: Weights, instruction: str | None = None, context: int =
     return bb.get()
 
 
-def _stacked_gemv(stacked: Stacked, instruction: str):
+def _stacked_gemv(stacked: Stacked, instruction: str, prefetch_next: bool):
     """``qgemv.int8_gemv`` over a stacked matrix, the layer an argument."""
-    return qgemv.int8_gemv(stacked.rows, stacked.cols, instruction, layers=stacked.codes.shape[0])
+    return qgemv.int8_gemv(stacked.rows, stacked.cols, instruction, layers=stacked.codes.shape[0],
+                           prefetch_next=prefetch_next)
 
 
 def build_pipeline() -> tvm.transform.Pass:
@@ -455,7 +460,7 @@ class Decoder:
     """The compiled step with its weights and caches on the device: ``feed`` a prompt, ``generate`` greedily."""
 
     def __init__(self, weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT,
-                 target: tvm.target.Target | None = None) -> None:
+                 target: tvm.target.Target | None = None, prefetch_next: bool = True) -> None:
         if not 0 < context <= weights.cos.shape[0]:
             raise CourseError(f"context must be 1 to {weights.cos.shape[0]} positions (the rotation tables' length); "
                               f"got {context}")
@@ -463,7 +468,7 @@ class Decoder:
         self.weights, self.context = weights, context
         self.device = tvm.cpu()
         target = target or machine.cpu_target()
-        self.executable = tvm.compile(step_module(weights, instruction, context), target=target,
+        self.executable = tvm.compile(step_module(weights, instruction, context, prefetch_next), target=target,
                                       relax_pipeline=build_pipeline())
         self.vm = relax.VirtualMachine(self.executable, self.device)
         self.step_fn = self.vm["main"]

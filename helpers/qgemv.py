@@ -232,8 +232,15 @@ def byte_dot(acc, a, b, instruction: str):
                                          T.broadcast(T.int16(1), 16), dtype="int32x8")
 
 
+def prefetch(buffer, *index):
+    """A hint to the CPU to start loading the cache line of ``buffer[index]`` (``llvm.prefetch``: a read, kept in
+    every cache level): rows a step ahead arrive while this step's rows are multiplied. Each of a decoding step's
+    products is small and starts cold, before the hardware's own prefetcher has seen a pattern."""
+    return T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(buffer[index]), 0, 3, 1))
+
+
 def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 4,
-              layers: int | None = None) -> tvm.tirx.PrimFunc:
+              layers: int | None = None, prefetch_next: bool = True) -> tvm.tirx.PrimFunc:
     """``y = W @ x`` with 4-bit ``W`` (groups of 32) and ``x`` in int8 (``quantize_activation``): the codes are
     multiplied as bytes, four products a lane, by ``vpdpbusd`` (AVX-512 VNNI) or ``vpmaddubsw`` + ``vpmaddwd``
     (AVX2: exact here, since 15 x 127 x 2 fits the int16 it adds pairs in), and each group's integer sum is scaled
@@ -241,7 +248,8 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
     the last 16, which is why ``x`` is laid out in that order.
 
     Written as a TIR function, loop by loop: no vector value is bound to a name inside the parallel loop (TVM
-    turns each such binding into a workspace allocation on every iteration, 4x slower here). With ``layers``, the
+    turns each such binding into a workspace allocation on every iteration, 4x slower here). The next rows'
+    codes are prefetched (``prefetch_next``, see ``prefetch``). With ``layers``, the
     matrices are every layer's stacked ([layers, rows, ...]) and an integer argument after them picks one."""
     _check_groups(cols, 2 * GGUF_GROUP)
     if rows % rows_together:
@@ -276,6 +284,9 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
                 lanes[r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
                 y[c * R + r] = T.float32(0)
             for p in range(pairs):
+                if prefetch_next and p % 2 == 0:   # the next step's rows, a cache line (two pairs of groups) at a time
+                    for r in T.unroll(R):
+                        prefetch(codes, T.min(c * R + R + r, rows - 1), p * 32)
                 for r in T.unroll(R):
                     lanes[r, T.ramp(0, 1, 8)] = lanes[r, T.ramp(0, 1, 8)] + T.Cast(
                         "float32x8", products(codes, xq, c * R + r, p)) * scales(scale, xscale, c * R + r, p)

@@ -117,11 +117,11 @@ INSTRUCTIONS = ["avx2"] + (["vnni"] if qgemv.int8.int8_instruction(qgemv.machine
 
 
 @pytest.mark.parametrize("instruction", INSTRUCTIONS)
-@pytest.mark.parametrize("rows,cols", [(12, 192), (40, 64)])
-def test_the_int8_kernel_is_exact_on_the_quantized_vector(instruction, rows, cols):
+@pytest.mark.parametrize("rows,cols,prefetch", [(12, 192, True), (40, 64, True), (12, 192, False)])
+def test_the_int8_kernel_is_exact_on_the_quantized_vector(instruction, rows, cols, prefetch):
     q = qgemv.quantize(_weights(rows, cols, seed=cols))
     x = np.random.default_rng(2).normal(size=cols).astype(np.float32) * 3
-    got = qgemv.run_int8(qgemv.build(qgemv.int8_gemv(rows, cols, instruction)), q, x)
+    got = qgemv.run_int8(qgemv.build(qgemv.int8_gemv(rows, cols, instruction, prefetch_next=prefetch)), q, x)
     want = q.dequantize().astype(np.float64) @ qgemv.quantize_activation(x).dequantize()
     assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     # against the float vector, the int8 step costs about 1 % here, not more
