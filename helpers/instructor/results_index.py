@@ -206,7 +206,7 @@ def llm_table(record: dict) -> str:
     """SmolLM2's: the 4-bit products' share of the read bandwidth, and each engine's whole generation."""
     from ..maintainers import llm_roofline  # (TVM and torch, as in float32_table)
 
-    return llm_roofline.table(record)
+    return llm_roofline.summary(record)
 
 
 TABLES = {"benchmark": float32_table, "bf16-model": bf16_table, "int8": int8_table, "transformer": transformer_table,

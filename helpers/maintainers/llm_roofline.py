@@ -78,9 +78,30 @@ def markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(record: dict) -> str:
+    """The results index's part: one line on the products, the engines' table (every column in the .md)."""
+    share = {label.split(",")[0]: row["share_of_bandwidth"] for label, row in record["smollm2_q4_products"]["schedules"].items()}
+    return "\n".join([f"One token's 210 4-bit products, as a share of the read bandwidth "
+                      f"({record['read_bandwidth_gbs']:.1f} GB/s): " + ", ".join(f"{k} {v:.0%}" for k, v in share.items()) + ".",
+                      "", *engines_table(record)])
+
+
+def engines_table(record: dict) -> list[str]:
+    """Each engine's whole generation, and its share of the ceiling of the bytes it reads a token."""
+    out = ["| engine | tokens/s, whole answer | tokens/s after the first | first token, ms | share of its ceiling |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for name, row in record["generation"].items():
+        low, high = row["tokens_per_s_range"]
+        read = record["float32_bytes_per_token"] if name == generation.PYTORCH else record["bytes_per_token"]
+        ceiling = llm.ceiling_tokens_per_s(read, record["read_bandwidth_gbs"])
+        out.append(f"| {name} | {row['tokens_per_s']:.1f} ({low:.1f}-{high:.1f}) | {row['decode_tokens_per_s']:.1f} "
+                   f"| {row['first_token_ms']:.0f} | {row['decode_tokens_per_s'] / ceiling:.0%} |")
+    return out
+
+
 def table(record: dict) -> str:
-    """The results index's table: each schedule's time for one token's products, its GB/s and share of the
-    measured read bandwidth; the ceiling; PyTorch's whole generation."""
+    """Every column, for the .md beside the JSON: each schedule's time for one token's products, its GB/s and
+    share of the measured read bandwidth; the ceiling; each engine's whole generation."""
     out = ["| what | ms per token | GB/s | share of read bandwidth |", "| --- | ---: | ---: | ---: |"]
     for key, name in (("smollm2_q4_products", "SmolLM2-135M, its 210 Q4_1 matrices"),
                       ("tinyllama_shapes_q4_products", "TinyLlama-1.1B's shapes, {layers} layers")):
@@ -89,15 +110,7 @@ def table(record: dict) -> str:
             out.append(f"| {name.format(**part)}, {label} | {row['median_ms']:.2f} ({row['q1_ms']:.2f}-{row['q3_ms']:.2f}) "
                        f"| {row['gb_per_s']:.1f} | {row['share_of_bandwidth']:.0%} |")
     out += ["", f"Read bandwidth {record['read_bandwidth_gbs']:.1f} GB/s; SmolLM2 reads {record['bytes_per_token'] / 1e6:.1f} MB "
-            f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", "",
-            "| engine | tokens/s, whole answer | tokens/s after the first | first token, ms | share of its ceiling |",
-            "| --- | ---: | ---: | ---: | ---: |"]
-    for name, row in record["generation"].items():
-        low, high = row["tokens_per_s_range"]
-        read = record["float32_bytes_per_token"] if name == generation.PYTORCH else record["bytes_per_token"]
-        ceiling = llm.ceiling_tokens_per_s(read, record["read_bandwidth_gbs"])
-        out.append(f"| {name} | {row['tokens_per_s']:.1f} ({low:.1f}-{high:.1f}) | {row['decode_tokens_per_s']:.1f} "
-                   f"| {row['first_token_ms']:.0f} | {row['decode_tokens_per_s'] / ceiling:.0%} |")
+            f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", ""] + engines_table(record)
     out += ["", "Each engine's ceiling is the read bandwidth over the bytes it reads a token: the float32 model's "
             f"({record['float32_bytes_per_token'] / 1e6:.0f} MB) for PyTorch, the file's for the others."]
     return "\n".join(out)
