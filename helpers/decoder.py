@@ -117,7 +117,7 @@ def load_weights(path=None) -> Weights:
     layers = range(shape.layers)
     embed = tensors["token_embd.weight"]
     codes, scale = q8_0(np.asarray(embed.data), shape.width)
-    cos, sin = rope_tables(shape.head_dim, float(llm._field(llm.reader(path), "llama.rope.freq_base")))
+    cos, sin = rope_tables(shape.head_dim, llm.rope_base(path))
     norm = lambda name: np.asarray(tensors[name].data, dtype=np.float32)  # noqa: E731
     return Weights(
         shape=shape,

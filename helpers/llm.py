@@ -87,6 +87,12 @@ def shape(path: Path | None = None) -> LlamaShape:
                       mlp=int(_field(r, f"{arch}.feed_forward_length")), vocab=int(_field(r, f"{arch}.vocab_size")))
 
 
+def rope_base(path: Path | None = None) -> float:
+    """The base of the rotary position angles (angle = position x base^(-2i / head_dim)), from the metadata."""
+    r = reader(path)
+    return float(_field(r, f"{_field(r, 'general.architecture')}.rope.freq_base"))
+
+
 def tensor_kinds(path: Path | None = None) -> dict[str, int]:
     """How many of the file's tensors are stored in each format (``Q4_1``, ``Q8_0``, ``F32``)."""
     kinds: dict[str, int] = {}
@@ -215,15 +221,14 @@ class Generation:
         return self.new_tokens / self.seconds
 
 
-def generate_pytorch(model, tok, question: str, max_new_tokens: int = 32, min_new_tokens: int = 0) -> Generation:
-    """Answer ``question`` greedily with the PyTorch reference and its KV cache, timed end to end (at least
-    ``min_new_tokens``: a rate measured over a few tokens is mostly the prompt's)."""
+def generate_pytorch(model, tok, question: str, max_new_tokens: int = 32) -> Generation:
+    """Answer ``question`` greedily with the PyTorch reference and its KV cache, timed end to end."""
     import torch
 
     ids = chat_ids(tok, question)
     with torch.inference_mode():
         start = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=max_new_tokens, min_new_tokens=min_new_tokens, do_sample=False)
+        out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)
         seconds = time.perf_counter() - start
     new = out[0, ids.shape[1]:]
     return Generation(tok.decode(new, skip_special_tokens=True), int(new.shape[0]), seconds)
