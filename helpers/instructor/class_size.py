@@ -33,6 +33,9 @@ from .days import day_name
 
 GB = 1024 ** 3
 ADDRESS_SPACE_GB = 8  # the hub's TVM_HUB_MEM default: RLIMIT_AS per process
+# Kernels started at the same moment can pick the same free port (Jupyter picks a port, closes it, and the kernel
+# binds it later): the loser dies before its first reply. Such a start is tried again, up to this many times.
+START_ATTEMPTS = 3
 
 
 def run_one(notebook: Path) -> dict:
@@ -41,9 +44,17 @@ def run_one(notebook: Path) -> dict:
     import nbformat  # (the driver of one notebook: the parent measures without them)
     from nbclient import NotebookClient  # (the same)
 
-    nb = nbformat.read(notebook, as_version=4)
-    started = time.perf_counter()
-    NotebookClient(nb, timeout=1800, kernel_name="tvm-course", resources={"metadata": {"path": str(notebook.parent)}}).execute()
+    for attempt in range(START_ATTEMPTS):
+        nb = nbformat.read(notebook, as_version=4)
+        started = time.perf_counter()
+        try:
+            NotebookClient(nb, timeout=1800, kernel_name="tvm-course",
+                           resources={"metadata": {"path": str(notebook.parent)}}).execute()
+            break
+        except RuntimeError as e:  # a kernel that never started ran none of the learner's code: start another
+            if "before replying to kernel_info" not in str(e) or attempt == START_ATTEMPTS - 1:
+                raise
+            print(f"{notebook.name}: the kernel died while starting ({e}); starting another", file=sys.stderr)
     wall = time.perf_counter() - started
     used = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {"notebook": notebook.name, "wall_s": round(wall, 1), "kernel_cpu_s": round(used.ru_utime + used.ru_stime, 1),
@@ -71,7 +82,8 @@ def _learner(index: int, notebooks: list[Path], work: Path, out: list[dict]) -> 
         proc = subprocess.run([sys.executable, "-m", "helpers.instructor.class_size", "run-one", str(mine)], env=env,
                               capture_output=True, text=True, preexec_fn=_as_learner(cores[index % len(cores)]))
         if proc.returncode != 0:
-            raise RuntimeError(f"learner {index}, {source.name}: {proc.stderr[-2000:]}")
+            said = proc.stderr if len(proc.stderr) <= 4000 else f"{proc.stderr[:1500]}\n[...]\n{proc.stderr[-2500:]}"
+            raise RuntimeError(f"learner {index}, {source.name}: {said}")
         out.append({"learner": index, "core": cores[index % len(cores)], **json.loads(proc.stdout.splitlines()[-1])})
 
 
