@@ -10,7 +10,7 @@ from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
 from helpers.instructor import grading, hub, selfstudy
-from helpers.instructor.feedback_hidden import FEEDBACK_PREPROCESSORS, MARK, HideHiddenTestsInOutputs, hide, hidden_lines
+from helpers.instructor.feedback_hidden import FEEDBACK_PREPROCESSORS, MARK, HideHiddenTestsInOutputs, hide, hidden_lines, shown
 
 SOURCE = """x = answer()
 assert x == 2, f"expected 2, got {x}"
@@ -36,6 +36,19 @@ def test_a_traceback_that_shows_hidden_lines_shows_marks_instead():
     shown = hide(TRACEBACK, hidden)
     assert "secret" not in shown and shown.count(MARK) == 2
     assert "answer()" in shown and "----> 2" in shown, "the visible lines, the failing one too, stay"
+
+
+def test_a_hidden_line_is_found_wherever_a_file_shows_it():
+    line = 'assert answer(secret) == secret + 1, "für secret"'
+    forms = {
+        "as it is, glued to the words around it": f"xassert answer(secret) == secret + 1, \"für secret\"yz",
+        "escaped in a notebook's JSON": '{"source": ["' + 'assert answer(secret) == secret + 1, \\"für secret\\"' + '\\n"]}',
+        "split into HTML spans": '<span class="k">assert</span> answer(secret) <span>==</span> secret + 1, '
+                                 '<span>&quot;für secret&quot;</span>',
+    }
+    for where, text in forms.items():
+        assert shown(text, {line, "a line that is nowhere at all"}) == [line], where
+    assert shown("assert answer(other) == secret + 1", {line}) == []
 
 
 def test_the_preprocessor_changes_outputs_of_cells_with_hidden_tests_only():

@@ -135,7 +135,7 @@ def build(course: Path = REPO, out: Path | None = None, day: str | None = None) 
         if found:
             raise RuntimeError("The handout would give away solutions or hidden tests:\n" + "\n".join(found[:20]))
         out.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(out, "w:gz") as archive:
+        with tarfile.open(out, "w:gz", compresslevel=6) as archive:
             archive.add(staged, arcname=name)
     return out
 
