@@ -406,7 +406,7 @@ def _parts(shape: BlockShape, cores: int) -> int:
 def tilings(shape: BlockShape, cores: int | None = None, lanes: int | None = None) -> list[Tiling]:
     """Tilings worth trying: band heights that divide the output's rows and leave every core a band (at most
     16 rows), and chunks of expanded channels, whole vectors, that divide each core's share (at most 192)."""
-    cores = cores or machine.core_count()
+    cores = cores or machine.physical_core_count()
     lanes = lanes or machine.float32_lanes()
     out, share = shape.out_size, shape.hidden // _parts(shape, cores)
     step = vector_lanes(share, lanes)
@@ -418,7 +418,7 @@ def schedule_fused(shape: BlockShape, tiling: Tiling, lanes: int | None = None,
                    cores: int | None = None) -> s_tir.Schedule:
     """One kernel for the whole block, cut as ``tiling`` says (``compute_at`` moves every stage into the
     loop over bands or chunks)."""
-    lanes, cores = lanes or machine.float32_lanes(), cores or machine.core_count()
+    lanes, cores = lanes or machine.float32_lanes(), cores or machine.physical_core_count()
     share = shape.hidden // _parts(shape, cores)
     if (tiling.rows and shape.out_size % tiling.rows) or (tiling.channels and share % tiling.channels):
         raise BlockError(f"{tiling} does not cut this block ({shape}) evenly: bands must divide its "
@@ -595,7 +595,7 @@ def compile_block(block: torch.nn.Module, size: int, tiling: Tiling | None = Non
     shape = block_shape(block, size)
     target = target or machine.cpu_target()
     lanes = machine.float32_lanes(target)
-    cores = int(target.attrs.get("num-cores", machine.core_count()))
+    cores = int(target.attrs.get("num-cores", machine.physical_core_count()))
     sch = schedule_separate(shape, lanes) if tiling is None else schedule_fused(shape, tiling, lanes, cores)
     return compile_schedule(sch, block, target)
 

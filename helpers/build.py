@@ -19,16 +19,19 @@ from tvm import relax, te, topi
 
 from . import cache
 from .errors import InputShapeError, ParityError
+from . import machine
 from .machine import cpu_target, require_gpu
 from .models import ImportedModel
 
 # TVM's pool defaults to half the logical CPUs on x86 (it assumes two hardware threads per core):
-# one thread on a 2-core machine without SMT, where PyTorch uses both cores. A comparison must give
-# both libraries the same threads, so TVM's pool gets as many as PyTorch's intra-op pool, unless the
-# learner sets TVM_NUM_THREADS (Day 4 shows what threads do). It is set here, where models are
-# built and run (every helper that runs TVM code imports this module), before TVM's first
-# parallel call; helpers that never run a kernel (grading) do not pay for importing torch.
-os.environ.setdefault("TVM_NUM_THREADS", str(torch.get_num_threads()))
+# one thread on a 2-core machine without SMT. A comparison must give every engine the same threads,
+# so TVM's pool and PyTorch's intra-op pool both get ``machine.thread_count()`` (one per physical
+# core, or TVM_NUM_THREADS where the learner set it; Day 4 shows what threads do), and the peers
+# follow PyTorch's (helpers/peers.py). It is set here, where models are built and run (every helper
+# that runs TVM code imports this module), before TVM's first parallel call; helpers that never run a
+# kernel (grading) do not pay for importing torch.
+os.environ.setdefault(machine.THREADS_ENV, str(machine.thread_count()))
+torch.set_num_threads(machine.thread_count())
 
 
 def _fast_sigmoid(x: te.Tensor) -> te.Tensor:

@@ -157,7 +157,7 @@ def compile_fused(model: torch.nn.Module, x: torch.Tensor,
     model = model.eval()
     target = target or machine.cpu_target()
     lanes = machine.float32_lanes(target)
-    cores = int(target.attrs.get("num-cores", machine.core_count()))
+    cores = int(target.attrs.get("num-cores", machine.physical_core_count()))
     calls, params, tilings = _kernels(model, x.shape[-1], choose, lanes, cores)
     executable = tvm.compile(_module(calls, params, tuple(x.shape)), target=target)
     device = tvm.cpu()

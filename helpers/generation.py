@@ -89,7 +89,7 @@ def llama_cpp_engine(ids: list[int], new_tokens: int) -> Callable[[], Run] | Non
         from llama_cpp import Llama
     except ImportError:
         return None
-    model = Llama(model_path=str(llm.gguf_path()), n_threads=machine.core_count(), n_ctx=decoder.MAX_CONTEXT,
+    model = Llama(model_path=str(llm.gguf_path()), n_threads=torch.get_num_threads(), n_ctx=decoder.MAX_CONTEXT,
                   verbose=False)
 
     def run() -> Run:

@@ -34,7 +34,8 @@ def cpu_name() -> str:
 def core_count() -> int:
     """Logical CPUs this process may run on (respects taskset and container limits).
 
-    The right number of threads; SMT siblings count separately (``physical_core_count()`` does not).
+    SMT siblings count separately (``physical_core_count()`` does not); the threads the engines get are
+    ``thread_count()``.
     """
     try:
         return len(os.sched_getaffinity(0))
@@ -49,8 +50,8 @@ def physical_core_count(
 ) -> int:
     """Physical cores among the CPUs this process may run on: SMT siblings (hyper-threads) count once.
 
-    ``core_count()`` counts logical CPUs, right for thread counts; peak arithmetic needs physical
-    cores, because two hyper-threads of one core share its FMA units. The CPUs allowed by
+    ``core_count()`` counts logical CPUs; peak arithmetic and thread counts need physical cores, because
+    two hyper-threads of one core share its FMA units. The CPUs allowed by
     ``os.sched_getaffinity(0)`` (or ``cpus``) are grouped by the sibling list the kernel publishes
     (``topology/core_cpus_list``, ``thread_siblings_list`` on older kernels), else by the
     ``(physical id, core id)`` pairs of ``/proc/cpuinfo``; with neither, every logical CPU counts as
@@ -88,6 +89,35 @@ def physical_core_count(
     return len(cpus)
 
 
+THREADS_ENV = "TVM_NUM_THREADS"
+
+
+def thread_count(
+    cpus: set[int] | None = None,
+    sysfs: str | Path = "/sys/devices/system/cpu",
+    cpuinfo: str | Path = "/proc/cpuinfo",
+    environ: dict[str, str] | None = None,
+) -> int:
+    """The threads every engine gets, TVM, PyTorch, ONNX Runtime and OpenVINO alike: one per physical core this
+    process may use (``physical_core_count``), unless ``TVM_NUM_THREADS`` says otherwise (the hub, the test
+    suite, or a learner's own choice).
+
+    One count for all, so that a comparison is fair: on a 4-core laptop with 8 hyper-threads each engine gets 4.
+    Two hyper-threads of one core share its vector units, so a second thread per core rarely helps these
+    kernels and makes their timings noisier.
+    """
+    environ = os.environ if environ is None else environ
+    if (value := environ.get(THREADS_ENV, "").strip()):
+        try:
+            if int(value) >= 1:
+                return int(value)
+        except ValueError:
+            pass
+        raise ValueError(f"{THREADS_ENV}={value!r} is not a thread count: set a whole number of threads, 1 or more, "
+                         f"or unset it to get one per physical core.")
+    return physical_core_count(cpus, sysfs, cpuinfo)
+
+
 # The kernel's name (``/proc/cpuinfo``'s flags) and LLVM's for the vector instructions the course's kernels use
 # or look for. LLVM names a CPU from its model number, and a virtual machine may show an older model's number on a
 # newer part: a Xeon with AMX and AVX-512 BF16 shown as model 167 is named ``rocketlake``, which has neither.
@@ -109,8 +139,9 @@ def unnamed_features(mcpu: str | None = None, flags: set[str] | None = None) -> 
 
 def cpu_target(num_cores: int | None = None) -> tvm.target.Target:
     """The LLVM target for this host: the real CPU name, the instructions it has beyond what that name
-    implies (``unnamed_features``, as ``mattr``; usually none), and its core count."""
-    attrs = {"kind": "llvm", "mcpu": cpu_name(), "num-cores": num_cores or core_count()}
+    implies (``unnamed_features``, as ``mattr``; usually none), and its physical cores (the threads a build
+    is tuned for: ``thread_count`` without a setting)."""
+    attrs = {"kind": "llvm", "mcpu": cpu_name(), "num-cores": num_cores or physical_core_count()}
     if extra := unnamed_features():
         attrs["mattr"] = [f"+{feature}" for feature in extra]
     return tvm.target.Target(attrs)
@@ -375,7 +406,7 @@ def imitated_target(mcpu: str) -> tvm.target.Target:
         raise ValueError(f"This {cpu_name()} lacks instructions {mcpu} has ({', '.join(missing[:5])}...): "
                          "it can only imitate a CPU whose instructions it has"
                          + (f" (for AVX2, try {stand_in})." if stand_in else "."))
-    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": core_count()})
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": physical_core_count()})
     wanted = cpu_features(target)
     aten, onednn = next(((a, o) for feat, a, o in TORCH_ISA if feat in wanted), ("default", "SSE41"))
     os.environ["ATEN_CPU_CAPABILITY"], os.environ["ONEDNN_MAX_CPU_ISA"] = aten, onednn

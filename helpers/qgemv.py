@@ -406,7 +406,7 @@ def read_bandwidth_gbs(megabytes: int | None = None, repeats: int | None = None)
 
     megabytes = megabytes or pick(512, 128)
     repeats = repeats or pick(7, 3)
-    rows = 4 * machine.core_count()
+    rows = 4 * machine.physical_core_count()
     cols = megabytes * 2**20 // 4 // rows // 64 * 64
     lib = build(read_bandwidth_kernel(rows, cols))
     device = tvm.cpu()

@@ -10,7 +10,7 @@ def test_cpu_target_names_the_real_cpu_never_native():
     assert target.kind.name == "llvm"
     assert str(target.attrs["mcpu"]) == machine.cpu_name()
     assert machine.cpu_name() not in {"native", "generic", ""}
-    assert int(target.attrs["num-cores"]) == machine.core_count() >= 1
+    assert int(target.attrs["num-cores"]) == machine.physical_core_count() >= 1
 
 
 @pytest.mark.parametrize(
@@ -125,6 +125,25 @@ def test_physical_cores_from_cpuinfo_when_sysfs_has_no_topology(tmp_path):
     assert machine.physical_core_count({0, 2}, sysfs=tmp_path / "none", cpuinfo=cpuinfo) == 1
     # neither source: every logical CPU counts
     assert machine.physical_core_count({0, 1, 2}, sysfs=tmp_path / "none", cpuinfo=tmp_path / "none") == 3
+
+
+def test_every_engine_gets_one_thread_per_physical_core_of_an_smt_machine(tmp_path):
+    # a laptop's 4 cores with 2 hyper-threads each: 8 logical CPUs, 4 threads
+    sysfs = _topology(tmp_path / "sys", {cpu: f"{cpu % 4},{cpu % 4 + 4}" for cpu in range(8)})
+    assert machine.thread_count(set(range(8)), sysfs=sysfs, cpuinfo=tmp_path / "none", environ={}) == 4
+    # the learner's (or the hub's) own setting wins; a setting that is no count says so
+    assert machine.thread_count(set(range(8)), sysfs=sysfs, environ={"TVM_NUM_THREADS": "8"}) == 8
+    for bad in ("four", "0"):
+        with pytest.raises(ValueError, match="TVM_NUM_THREADS=.* is not a thread count"):
+            machine.thread_count(set(range(8)), sysfs=sysfs, environ={"TVM_NUM_THREADS": bad})
+
+
+def test_tvm_and_pytorch_run_on_one_thread_count():
+    import torch
+
+    from helpers import build, kernels  # noqa: F401  (importing build sets both pools)
+
+    assert kernels.threads() == torch.get_num_threads() == machine.thread_count()
 
 
 def test_physical_cores_of_this_process():

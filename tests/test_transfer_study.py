@@ -30,7 +30,7 @@ def host_is_a_zen4(monkeypatch):
 def test_imitating_a_smaller_cpu_builds_for_it_and_holds_pytorch_to_its_vectors(host_is_a_zen4, mcpu, aten, onednn):
     target = machine.imitated_target(mcpu)
     assert target.attrs["mcpu"] == mcpu
-    assert target.attrs["num-cores"] == machine.core_count()
+    assert target.attrs["num-cores"] == machine.physical_core_count()
     assert (os.environ["ATEN_CPU_CAPABILITY"], os.environ["ONEDNN_MAX_CPU_ISA"]) == (aten, onednn)
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"].endswith(f"torchinductor-{aten}")  # kernels of one ISA apart
 
