@@ -1,7 +1,8 @@
 """The grading gate: student notebooks are generated from solutions/; autograding on a real
 gradebook gives each solution full marks; every graded test cell fails on the student version
-of its exercise, proved in the solution's own run (tests/blank_probe.py); and every exercise stands
-alone, needing no other exercise's answer (tests/standalone.py).
+of its exercise, proved in the solution's own run (tests/blank_probe.py); every exercise stands
+alone, needing no other exercise's answer (tests/standalone.py); and no visible test holds the answer it
+grades (tests/solution_copies.py).
 
 The autograde of the solution is the suite's one execution of each source notebook: nbval's
 checks (every cell runs without error, tagged cells reproduce their stored outputs) are applied to
@@ -21,6 +22,7 @@ from helpers.instructor import grading, learner_outputs, notebooks, site
 
 import blank_probe
 import regenerated as regenerated_course
+import solution_copies
 import standalone
 import stored_outputs
 
@@ -111,6 +113,15 @@ def test_every_exercise_stands_alone(assignment):
     needs = standalone.dependencies(source, student)
     assert not needs, "an exercise that needs another's answer loses its points with it; give it what it needs " \
                       "from the day (a helper, a lesson cell) instead:\n" + "\n".join(needs)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_no_visible_test_holds_the_answer_it_grades(assignment):
+    """A function in a test cell the learner sees must not hold the exercise's solution (tests/solution_copies.py):
+    returning its result would pass the visible and the hidden tests."""
+    source = nbformat.read(REPO / grading.SOURCE / assignment / f"{assignment}.ipynb", as_version=4)
+    found = solution_copies.copies(source)
+    assert not found, "\n".join(found)
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
