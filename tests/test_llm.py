@@ -179,6 +179,8 @@ def test_generation_starts_afresh_and_a_full_cache_is_refused(compiled_step):
     again, seconds = compiled_step.generate([1, 504, 3458], 6)
     assert first == again and len(first) == 6 and seconds > 0
     small = decoder.Decoder(decoder.load_weights(), context=4)
+    with pytest.raises(decoder.CourseError, match="the prompt is empty"):
+        small.feed([])
     small.feed([1, 2, 3, 4])
     with pytest.raises(decoder.CourseError, match="cache holds 4 positions"):
         small.step(5)

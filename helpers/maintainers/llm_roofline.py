@@ -13,7 +13,8 @@ against the read bandwidth measured in the same run and PyTorch generating with 
   beyond the caches), where bandwidth dominates;
 * whole generations of 64 tokens, as a user waits for them, in rounds: PyTorch (float32 weights dequantized from the
   file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed one token a step) and llama.cpp where
-  ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token, the prompt's time.
+  ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token, the prompt's time
+  (TVM's prompt tokens before the last skip the output layer: ``Decoder.feed``).
 """
 
 from __future__ import annotations
