@@ -239,7 +239,7 @@ def prefetch(buffer, *index):
     return T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(buffer[index]), 0, 3, 1))
 
 
-def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 4,
+def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 2,
               layers: int | None = None, prefetch_next: bool = True) -> tvm.tirx.PrimFunc:
     """``y = W @ x`` with 4-bit ``W`` (groups of 32) and ``x`` in int8 (``quantize_activation``): the codes are
     multiplied as bytes, four products a lane, by ``vpdpbusd`` (AVX-512 VNNI) or ``vpmaddubsw`` + ``vpmaddwd``
@@ -249,7 +249,8 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
 
     Written as a TIR function, loop by loop: no vector value is bound to a name inside the parallel loop (TVM
     turns each such binding into a workspace allocation on every iteration, 4x slower here). The next rows'
-    codes are prefetched (``prefetch_next``, see ``prefetch``). With ``layers``, the
+    codes are prefetched (``prefetch_next``, see ``prefetch``). ``rows_together`` rows share each load of ``x``:
+    two did best in a whole decoding step (four keep more streams of weights open at once). With ``layers``, the
     matrices are every layer's stacked ([layers, rows, ...]) and an integer argument after them picks one."""
     _check_groups(cols, 2 * GGUF_GROUP)
     if rows % rows_together:
@@ -269,20 +270,26 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
         return byte_dot(first, high, xq.vload([p * 64 + 32], "int8x32"), instruction)
 
     def scales(scale, xscale, n, p):
-        """The pair's two scales (the weight's times the activation's), each over its group's four lanes."""
-        first = T.Cast("float32", scale[n, 2 * p]) * xscale[2 * p]
-        second = T.Cast("float32", scale[n, 2 * p + 1]) * xscale[2 * p + 1]
-        return T.Select(T.ramp(0, 1, 8) < T.broadcast(4, 8), T.broadcast(first, 8), T.broadcast(second, 8))
+        """The pair's two scales (the weight's times the activation's, both pairs loaded as one vector), each
+        spread over its group's four lanes by a shuffle."""
+        both = T.Cast("float32x2", scale.vload([n, 2 * p], "float16x2")) * xscale.vload([2 * p], "float32x2")
+        return T.Shuffle([both, both, both, both], [0, 0, 0, 0, 1, 1, 1, 1])
+
+    def offsets(minimum, xsum, n, p):
+        """The pair's two minimum terms (the weight's minimum times the sum of the activation's group)."""
+        return T.Cast("float32x2", minimum.vload([n, 2 * p], "float16x2")) * xsum.vload([2 * p], "float32x2")
 
     @T.macro
     def body(xq, xscale, xsum, codes, scale, minimum, y):
         for c in T.parallel(rows // R):
-            # R rows' 8 lanes of partial sums: a small array in "global" scope inside the parallel loop stays on
-            # each thread's stack ("local" would ask TVM's workspace allocator for it on every iteration)
+            # R rows' 8 lanes of partial sums and 2 of minimum terms: small arrays in "global" scope inside the
+            # parallel loop stay in registers ("local" would ask TVM's workspace allocator for them on every
+            # iteration), and y is written once per row, at the end
             lanes = T.decl_buffer((R, 8), "float32", scope="global")
+            mins = T.decl_buffer((R, 2), "float32", scope="global")
             for r in T.unroll(R):
                 lanes[r, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
-                y[c * R + r] = T.float32(0)
+                mins[r, T.ramp(0, 1, 2)] = T.broadcast(T.float32(0), 2)
             for p in range(pairs):
                 if prefetch_next and p % 2 == 0:   # the next step's rows, a cache line (two pairs of groups) at a time
                     for r in T.unroll(R):
@@ -290,11 +297,10 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
                 for r in T.unroll(R):
                     lanes[r, T.ramp(0, 1, 8)] = lanes[r, T.ramp(0, 1, 8)] + T.Cast(
                         "float32x8", products(codes, xq, c * R + r, p)) * scales(scale, xscale, c * R + r, p)
-                    y[c * R + r] = y[c * R + r] + T.Cast("float32", minimum[c * R + r, 2 * p]) * xsum[2 * p] + \
-                        T.Cast("float32", minimum[c * R + r, 2 * p + 1]) * xsum[2 * p + 1]
+                    mins[r, T.ramp(0, 1, 2)] = mins[r, T.ramp(0, 1, 2)] + offsets(minimum, xsum, c * R + r, p)
             for r in T.unroll(R):
-                y[c * R + r] = y[c * R + r] + lanes[r, 0] + lanes[r, 1] + lanes[r, 2] + lanes[r, 3] + lanes[r, 4] + \
-                    lanes[r, 5] + lanes[r, 6] + lanes[r, 7]
+                y[c * R + r] = mins[r, 0] + mins[r, 1] + lanes[r, 0] + lanes[r, 1] + lanes[r, 2] + lanes[r, 3] + \
+                    lanes[r, 4] + lanes[r, 5] + lanes[r, 6] + lanes[r, 7]
 
     @T.prim_func
     def main(xq: T.Buffer((cols,), "int8"), xscale: T.Buffer((groups,), "float32"),
