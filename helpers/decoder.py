@@ -250,6 +250,7 @@ def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
     H, KV, hd, L = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     per_kv = H // KV
     scale = float(1.0 / np.sqrt(hd))
+    LANES = 16 if hd % 16 == 0 else 8 if hd % 8 == 0 else 1
 
     @T.prim_func
     def attention(q: T.Buffer((H * hd,), "float32"), pos: T.Buffer((1,), "int32"),
@@ -259,11 +260,19 @@ def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
         for head in T.parallel(H):
             kv = head // per_kv
             top = T.decl_buffer((2,), "float32")
+            lanes = T.decl_buffer((LANES,), "float32", scope="global")   # registers (see qgemv.int8_gemv)
             top[0] = T.float32(-3.0e38)
             for t in range(pos[0] + 1):
+                # q . k in LANES partial sums, added up at the end: one long chain of dependent additions would
+                # wait for each one (the loop over the past is most of this kernel's time)
+                lanes[T.ramp(0, 1, LANES)] = T.broadcast(T.float32(0), LANES)
+                for i in range(hd // LANES):
+                    lanes[T.ramp(0, 1, LANES)] = lanes[T.ramp(0, 1, LANES)] + q.vload(
+                        [head * hd + i * LANES], f"float32x{LANES}") * k_cache.vload([layer, kv, t, i * LANES],
+                                                                                     f"float32x{LANES}")
                 scores[head, t] = T.float32(0)
-                for i in range(hd):
-                    scores[head, t] = scores[head, t] + q[head * hd + i] * k_cache[layer, kv, t, i]
+                for j in T.unroll(LANES):
+                    scores[head, t] = scores[head, t] + lanes[j]
                 scores[head, t] = scores[head, t] * T.float32(scale)
                 top[0] = T.max(top[0], scores[head, t])
             top[1] = T.float32(0)

@@ -125,6 +125,18 @@ def compare(engines: dict[str, Callable[[], Run]], repeats: int) -> dict[str, di
     return out
 
 
+def verdict(ours: dict, theirs: dict, rate: str = "decode") -> str:
+    """Whether ``ours`` generated faster than ``theirs`` (``compare``'s rows) with the rounds' ranges apart, or the
+    ranges overlap and the medians alone cannot say: ``rate`` "decode" (after the first token) or "whole"."""
+    key, span = ("decode_tokens_per_s", "decode_range") if rate == "decode" else ("tokens_per_s", "tokens_per_s_range")
+    ratio = ours[key] / theirs[key]
+    if ours[span][0] > theirs[span][1]:
+        return f"{ratio:.2f}x, faster in every round"
+    if ours[span][1] < theirs[span][0]:
+        return f"{ratio:.2f}x, slower in every round"
+    return f"{ratio:.2f}x, too close to call (the rounds' ranges overlap)"
+
+
 def recorded(engine: str = LLAMA_CPP) -> list[tuple[str, dict]]:
     """What the reference machines measured for ``engine`` (``results/llm-*.json``): (CPU name, row) pairs."""
     found = []

@@ -79,7 +79,7 @@ def test_the_trained_model_answers_a_question(reference):
 
 # ---- SmolLM2's decoding step in TVM (helpers/decoder.py) ----------------------------------------------------------
 
-from helpers import decoder  # noqa: E402
+from helpers import decoder, generation  # noqa: E402
 
 SMALL = llm.LlamaShape(width=128, layers=2, heads=4, kv_heads=2, mlp=256, vocab=64)
 
@@ -184,3 +184,14 @@ def test_generation_starts_afresh_and_a_full_cache_is_refused(compiled_step):
     small.feed([1, 2, 3, 4])
     with pytest.raises(decoder.CourseError, match="cache holds 4 positions"):
         small.step(5)
+
+
+def test_a_verdict_between_engines_says_when_their_rounds_overlap():
+    def row(median, low, high):
+        return {"decode_tokens_per_s": median, "decode_range": [low, high], "tokens_per_s": median / 2,
+                "tokens_per_s_range": [low / 2, high / 2]}
+
+    assert generation.verdict(row(130, 125, 134), row(120, 104, 126)) == \
+        "1.08x, too close to call (the rounds' ranges overlap)"
+    assert generation.verdict(row(130, 127, 134), row(120, 104, 126)) == "1.08x, faster in every round"
+    assert generation.verdict(row(100, 95, 103), row(120, 104, 126), "whole") == "0.83x, slower in every round"

@@ -95,9 +95,18 @@ def engines_table(record: dict) -> list[str]:
         low, high = row["tokens_per_s_range"]
         read = record["float32_bytes_per_token"] if name == generation.PYTORCH else record["bytes_per_token"]
         ceiling = llm.ceiling_tokens_per_s(read, record["read_bandwidth_gbs"])
+        first, last = row["decode_range"]
         out.append(f"| {name} | {row['tokens_per_s']:.1f} ({low:.1f}-{high:.1f}) | {row['decode_tokens_per_s']:.1f} "
-                   f"| {row['first_token_ms']:.0f} | {row['decode_tokens_per_s'] / ceiling:.0%} |")
+                   f"({first:.1f}-{last:.1f}) | {row['first_token_ms']:.0f} | {row['decode_tokens_per_s'] / ceiling:.0%} |")
     return out
+
+
+def verdicts(record: dict) -> list[str]:
+    """TVM against each other engine, after the first token and over the whole answer, with the rounds' spread."""
+    ours = record["generation"].get(generation.TVM)
+    return [f"- TVM against {name}: after the first token {generation.verdict(ours, row)}; over the whole answer "
+            f"{generation.verdict(ours, row, 'whole')}." for name, row in record["generation"].items()
+            if ours and name != generation.TVM]
 
 
 def table(record: dict) -> str:
@@ -111,7 +120,8 @@ def table(record: dict) -> str:
             out.append(f"| {name.format(**part)}, {label} | {row['median_ms']:.2f} ({row['q1_ms']:.2f}-{row['q3_ms']:.2f}) "
                        f"| {row['gb_per_s']:.1f} | {row['share_of_bandwidth']:.0%} |")
     out += ["", f"Read bandwidth {record['read_bandwidth_gbs']:.1f} GB/s; SmolLM2 reads {record['bytes_per_token'] / 1e6:.1f} MB "
-            f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", ""] + engines_table(record)
+            f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", ""] + engines_table(record) + \
+        [""] + verdicts(record)
     out += ["", "Each engine's ceiling is the read bandwidth over the bytes it reads a token: the float32 model's "
             f"({record['float32_bytes_per_token'] / 1e6:.0f} MB) for PyTorch, the file's for the others."]
     return "\n".join(out)
