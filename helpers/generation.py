@@ -83,13 +83,14 @@ def tvm_engine(step: decoder.Decoder, ids: list[int], new_tokens: int) -> Callab
     return run
 
 
-def llama_cpp_engine(ids: list[int], new_tokens: int) -> Callable[[], Run] | None:
-    """The same from llama.cpp, on the same file and as many threads; None where it is not installed."""
+def llama_cpp_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[], Run] | None:
+    """The same from llama.cpp, on the same file (SmolLM2's, or ``path``) and as many threads; None where it is not
+    installed."""
     try:
         from llama_cpp import Llama
     except ImportError:
         return None
-    model = Llama(model_path=str(llm.gguf_path()), n_threads=torch.get_num_threads(), n_ctx=decoder.MAX_CONTEXT,
+    model = Llama(model_path=str(path or llm.gguf_path()), n_threads=torch.get_num_threads(), n_ctx=decoder.MAX_CONTEXT,
                   verbose=False)
 
     def run() -> Run:

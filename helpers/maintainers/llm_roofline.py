@@ -14,13 +14,16 @@ against the read bandwidth measured in the same run and PyTorch generating with 
 * whole generations of 64 tokens, as a user waits for them, in rounds: PyTorch (float32 weights dequantized from the
   file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed one token a step) and llama.cpp where
   ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token, the prompt's time
-  (TVM's prompt tokens before the last skip the output layer: ``Decoder.feed``).
+  (TVM's prompt tokens before the last skip the output layer: ``Decoder.feed``);
+* TVM's step and llama.cpp on a whole model of TinyLlama-1.1B's shapes (``MODEL_1B``: random weights in the same
+  formats, written once to build/models/ by ``shaped_gguf``, 0.7 GB), 32 tokens after a prompt of 30, in rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -32,7 +35,61 @@ from ..results import results_path, save_record
 SHAPES_1B = {"q": (2048, 2048), "k": (256, 2048), "v": (256, 2048), "o": (2048, 2048), "gate": (5632, 2048),
              "up": (5632, 2048), "down": (2048, 5632)}
 LAYERS_1B = 4
+# The whole model at TinyLlama-1.1B's shapes, SmolLM2's tokenizer and vocabulary: random weights in the file's
+# formats (Q4_1 matrices, the tied embedding in Q8_0), for tokens/s where reading the weights dominates.
+MODEL_1B = {"width": 2048, "layers": 22, "heads": 32, "kv_heads": 4, "mlp": 5632}
 QUESTION = "Explain what a compiler does."
+
+
+def shaped_gguf(out: Path, width: int, layers: int, heads: int, kv_heads: int, mlp: int, seed: int = 0) -> Path:
+    """A Llama GGUF of the given shape with random weights and SmolLM2's metadata otherwise (its tokenizer, so that
+    llama.cpp loads it): what every engine reads at a size the course has no trained model of."""
+    import gguf
+
+    source, vocab, head_dim = llm.reader(), llm.shape().vocab, width // heads
+    shape_keys = {"llama.embedding_length": width, "llama.block_count": layers, "llama.attention.head_count": heads,
+                  "llama.attention.head_count_kv": kv_heads, "llama.feed_forward_length": mlp,
+                  "llama.rope.dimension_count": head_dim}
+    writer = gguf.GGUFWriter(str(out), "llama")
+    for key, field in source.fields.items():
+        if not key.startswith("GGUF.") and key != "general.architecture":
+            array = field.types[0] == gguf.GGUFValueType.ARRAY
+            writer.add_key_value(key, shape_keys.get(key, field.contents()), field.types[0],
+                                 field.types[1] if array else None)
+    rng = np.random.default_rng(seed)
+
+    def matrix(name: str, rows: int, cols: int, kind=gguf.GGMLQuantizationType.Q4_1) -> None:
+        weights = rng.normal(0, 0.02, size=(rows, cols)).astype(np.float32)
+        writer.add_tensor(name, gguf.quants.quantize(weights, kind), raw_dtype=kind)
+
+    matrix("token_embd.weight", vocab, width, gguf.GGMLQuantizationType.Q8_0)
+    writer.add_tensor("output_norm.weight", np.ones(width, np.float32))
+    for i in range(layers):
+        writer.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(width, np.float32))
+        writer.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(width, np.float32))
+        for name, rows, cols in (("attn_q", width, width), ("attn_k", kv_heads * head_dim, width),
+                                 ("attn_v", kv_heads * head_dim, width), ("attn_output", width, width),
+                                 ("ffn_gate", mlp, width), ("ffn_up", mlp, width), ("ffn_down", width, mlp)):
+            matrix(f"blk.{i}.{name}.weight", rows, cols)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def generation_rows_1b(new_tokens: int, repeats: int) -> dict:
+    """TVM's step and llama.cpp on ``MODEL_1B`` (kept in build/models/, made once), a prompt of 30 tokens."""
+    path = llm.REPO / "build" / "models" / "tinyllama-shaped-q4_1.gguf"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shaped_gguf(path.with_suffix(".part"), **MODEL_1B).rename(path)
+    ids = list(range(100, 130))
+    engines = {generation.TVM: generation.tvm_engine(decoder.Decoder(decoder.load_weights(path)), ids, new_tokens),
+               generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens, path)}
+    rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
+    return {"model": MODEL_1B, "bytes_per_token": llm.bytes_per_token(path),
+            "engines": {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}}
 
 
 def products(matrices: list[qgemv.Q4Matrix], bandwidth_gbs: float, repeats: int) -> dict:
@@ -52,7 +109,7 @@ def generation_rows(new_tokens: int, repeats: int) -> dict:
 
 
 def measure(repeats: int = 9) -> dict:
-    threads = machine.core_count()
+    threads = machine.thread_count()
     torch.set_num_threads(threads)
     bandwidth = qgemv.read_bandwidth_gbs()
     r = llm.reader()
@@ -68,6 +125,7 @@ def measure(repeats: int = 9) -> dict:
         "smollm2_q4_products": products(real, bandwidth, repeats),
         "tinyllama_shapes_q4_products": {"layers": LAYERS_1B, **products(big, bandwidth, repeats)},
         "generation": generation_rows(64, 5),
+        "generation_1b": generation_rows_1b(32, 3),
     }
 
 
@@ -101,12 +159,29 @@ def engines_table(record: dict) -> list[str]:
     return out
 
 
-def verdicts(record: dict) -> list[str]:
+def verdicts(engines: dict) -> list[str]:
     """TVM against each other engine, after the first token and over the whole answer, with the rounds' spread."""
-    ours = record["generation"].get(generation.TVM)
+    ours = engines.get(generation.TVM)
     return [f"- TVM against {name}: after the first token {generation.verdict(ours, row)}; over the whole answer "
-            f"{generation.verdict(ours, row, 'whole')}." for name, row in record["generation"].items()
+            f"{generation.verdict(ours, row, 'whole')}." for name, row in engines.items()
             if ours and name != generation.TVM]
+
+
+def model_1b_table(record: dict) -> list[str]:
+    """TVM and llama.cpp on the random model of TinyLlama-1.1B's shapes: tokens/s and the share of the ceiling."""
+    part = record.get("generation_1b")
+    if not part:
+        return []
+    shape, ceiling = part["model"], llm.ceiling_tokens_per_s(part["bytes_per_token"], record["read_bandwidth_gbs"])
+    out = [f"The whole model at TinyLlama-1.1B's shapes (width {shape['width']}, {shape['layers']} layers, "
+           f"{shape['heads']}/{shape['kv_heads']} heads, MLP {shape['mlp']}; random weights, SmolLM2's tokenizer): "
+           f"{part['bytes_per_token'] / 1e6:.0f} MB a token, a ceiling of {ceiling:.0f} tokens/s.", "",
+           "| engine | tokens/s after the first | first token, ms | share of the ceiling |", "| --- | ---: | ---: | ---: |"]
+    for name, row in part["engines"].items():
+        first, last = row["decode_range"]
+        out.append(f"| {name} | {row['decode_tokens_per_s']:.1f} ({first:.1f}-{last:.1f}) | {row['first_token_ms']:.0f} "
+                   f"| {row['decode_tokens_per_s'] / ceiling:.0%} |")
+    return out + [""] + verdicts(part["engines"])
 
 
 def table(record: dict) -> str:
@@ -121,7 +196,9 @@ def table(record: dict) -> str:
                        f"| {row['gb_per_s']:.1f} | {row['share_of_bandwidth']:.0%} |")
     out += ["", f"Read bandwidth {record['read_bandwidth_gbs']:.1f} GB/s; SmolLM2 reads {record['bytes_per_token'] / 1e6:.1f} MB "
             f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", ""] + engines_table(record) + \
-        [""] + verdicts(record)
+        [""] + verdicts(record["generation"])
+    if record.get("generation_1b"):
+        out += [""] + model_1b_table(record)
     out += ["", "Each engine's ceiling is the read bandwidth over the bytes it reads a token: the float32 model's "
             f"({record['float32_bytes_per_token'] / 1e6:.0f} MB) for PyTorch, the file's for the others."]
     return "\n".join(out)
