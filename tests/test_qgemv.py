@@ -131,7 +131,7 @@ def test_the_int8_kernel_is_exact_on_the_quantized_vector(instruction, rows, col
 
 def test_the_int8_kernel_refuses_what_it_cannot_read():
     with pytest.raises(qgemv.QuantizedShapeError, match="steps of 2 rows"):
-        qgemv.int8_gemv(9, 64)
+        qgemv.int8_gemv(9, 64, rows_together=2)
     with pytest.raises(qgemv.QuantizedShapeError, match="groups of 64"):
         qgemv.int8_gemv(8, 96)
     with pytest.raises(qgemv.CourseError, match="VNNI or AVX2"):
