@@ -250,7 +250,10 @@ def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
     H, KV, hd, L = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     per_kv = H // KV
     scale = float(1.0 / np.sqrt(hd))
-    LANES = 16 if hd % 16 == 0 else 8 if hd % 8 == 0 else 1
+    if hd % 8:
+        raise CourseError(f"the attention kernel reads 8 or 16 lanes of a head at a time; this model's heads have "
+                          f"{hd} values, not a multiple of 8 (Llama models have 64 or 128)")
+    LANES = 16 if hd % 16 == 0 else 8
 
     @T.prim_func
     def attention(q: T.Buffer((H * hd,), "float32"), pos: T.Buffer((1,), "int32"),
@@ -308,7 +311,7 @@ def q8_gemv_kernel(rows: int, cols: int, instruction: str, rows_together: int = 
     """logits = codes x x for 8-bit codes (the tied embedding) and the int8 vector in natural order: both signed,
     so the sign of x moves onto the codes (``psign``) and |x| is the unsigned operand, as llama.cpp does.
 
-    No software prefetch, unlike the layers' products: this one matrix (28 MB) is read in order from start to end,
+    No software prefetch, unlike the layers' products: this one matrix (30 MB) is read in order from start to end,
     which the hardware prefetcher follows by itself, and the prefetch instructions only cost issue slots (a step
     took 0.5 ms less without them, 9.5 against 10.0 ms, interleaved on a Zen 4)."""
     groups, R = cols // GROUP, rows_together
@@ -373,7 +376,7 @@ def step_module(weights: Weights, instruction: str | None = None, context: int =
     """The decoding step as a Relax module: ``main(token, pos, k_cache, v_cache, *weights.arrays())`` returns
     (next token, logits, k_cache, v_cache), the caches written in place; ``feed``, with the same arguments, only
     writes the token's keys and values into the caches (a prompt's tokens before its last need no logits: the
-    output layer reads the 28 MB embedding, a fifth of a step)."""
+    output layer reads the 30 MB embedding, a fifth of a step)."""
     s, eps = weights.shape, 1e-5
     instruction = instruction or int8.int8_instruction(machine.cpu_target())
     D, F, hd = s.width, s.mlp, s.head_dim

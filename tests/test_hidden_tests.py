@@ -58,6 +58,22 @@ def test_day00_solution_passes_visible_and_hidden_tests():
     exec(_cell(DAY00, "test_float32_lanes"), namespace)
 
 
+def test_day00_peak_passes_its_tests_and_a_call_of_the_courses_own_fails_the_visible_one():
+    namespace = _day00_namespace()
+    exec(_cell(DAY00, "peak_gflops"), namespace)
+    exec(_cell(DAY00, "test_peak_gflops"), namespace)
+    from helpers import kernels
+
+    borrowed = kernels.peak_gflops   # however it is reached: here through a name of the learner's own
+
+    def peak_gflops(cores, ghz, fp32_lanes, fma_units):
+        return borrowed(cores, ghz, fp32_lanes, fma_units)
+
+    visible, _ = _parts(DAY00, "test_peak_gflops")
+    with pytest.raises(AssertionError, match="write the formula yourself"):
+        exec(visible, _day00_namespace(peak_gflops=peak_gflops))
+
+
 def _lanes_by_avx2(target) -> int:
     """Keyed on AVX2 instead of AVX: a Sandy Bridge's 256-bit registers go unseen."""
     features = {str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target)}

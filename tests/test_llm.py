@@ -2,6 +2,7 @@
 the weights transformers dequantizes, a TVM kernel multiplies a real layer exactly, and the trained model answers
 a question (which random weights never would)."""
 
+import dataclasses
 import os
 
 os.environ.setdefault("TVM_NUM_THREADS", "2")
@@ -132,6 +133,8 @@ def test_attention_reads_its_heads_group_of_the_cache_up_to_the_position():
         p = np.exp(scores - scores.max())
         want.append((p / p.sum()) @ v[layer, kv, :pos + 1])
     assert np.allclose(out.numpy(), np.concatenate(want), atol=1e-5)
+    with pytest.raises(decoder.CourseError, match="not a multiple of 8"):
+        decoder.attention_kernel(dataclasses.replace(s, width=s.heads * 12), context)
 
 
 def test_the_norm_kernel_adds_normalizes_and_quantizes_as_numpy_does():
