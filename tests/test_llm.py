@@ -70,8 +70,12 @@ def test_a_real_layer_split_for_tvm_is_the_reference_models_weight_and_tvm_multi
 
 def test_the_trained_model_answers_a_question(reference):
     model, tok = reference
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
-    answer = llm.generate_pytorch(model, tok, "What is the capital of France?", max_new_tokens=8)
+    try:
+        answer = llm.generate_pytorch(model, tok, "What is the capital of France?", max_new_tokens=8)
+    finally:
+        torch.set_num_threads(before)
     assert "Paris" in answer.text, answer.text
     assert 0 < answer.new_tokens <= 8 and answer.tokens_per_s > 0
     ids = llm.chat_ids(tok, "Hello")

@@ -138,12 +138,24 @@ def test_every_engine_gets_one_thread_per_physical_core_of_an_smt_machine(tmp_pa
             machine.thread_count(set(range(8)), sysfs=sysfs, environ={"TVM_NUM_THREADS": bad})
 
 
-def test_tvm_and_pytorch_run_on_one_thread_count():
-    import torch
+@pytest.mark.parametrize("tvm_threads", [None, "1"])
+def test_tvm_and_pytorch_run_on_one_thread_count(tvm_threads):
+    """A fresh process, as a notebook's kernel is: other tests in this worker change both pools."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
 
-    from helpers import build, kernels  # noqa: F401  (importing build sets both pools)
-
-    assert kernels.threads() == torch.get_num_threads() == machine.thread_count()
+    env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
+    if tvm_threads:
+        env["TVM_NUM_THREADS"] = tvm_threads
+    probe = ("import torch\nfrom helpers import build, kernels, machine\n"
+             "print(kernels.threads(), torch.get_num_threads(), machine.thread_count(), machine.physical_core_count())")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=Path(__file__).parents[1],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    tvm_pool, torch_pool, count, cores = map(int, out.stdout.split()[-4:])
+    assert tvm_pool == torch_pool == count == (int(tvm_threads) if tvm_threads else cores)
 
 
 def test_physical_cores_of_this_process():
