@@ -74,12 +74,15 @@ site: env
 
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
 # Then Day 12's int8 comparison on MobileNetV2 (PyTorch fp32 and int8, TVM fp32 and int8 tuned), and
-# Day 14's small GPT (two tuned prefill buckets and a decoding step against PyTorch).
+# Day 14's small GPT (two tuned prefill buckets and a decoding step against PyTorch), and Day 15's LLM against
+# llama.cpp (requirements-benchmark.txt: built from source the first time, about 15 minutes).
 benchmark: env
 	$(BIN)/python -m helpers.maintainers.benchmark table $(MODELS)
 	$(BIN)/python -m helpers.maintainers.benchmark int8
 	$(BIN)/python -m helpers.maintainers.benchmark transformer
 	$(BIN)/python -m helpers.maintainers.benchmark transformer-large
+	$(BIN)/python -m pip install --quiet -r requirements-benchmark.txt
+	$(BIN)/python -m helpers.maintainers.llm_roofline
 
 # Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.
 capstone: env

@@ -8,6 +8,9 @@ projection, the MLP's gate and up rows as one product, SiLU(gate) x up quantized
 end the output norm, the tied embedding as the output layer (8-bit codes times the int8 vector) and the greedy
 choice, so that only the chosen token's id comes back to Python.
 
+A prompt's tokens are all known at once: the module's ``prefill`` function is the same chain of kernels for 16
+tokens a call, its products matrix-matrix (``qgemv.int8_gemm``), each weight read once for all of them.
+
 The weights stay as the GGUF file stores them (Q4_1 and Q8_0 groups); only the layers' matrices are stacked
 ([layer, rows, ...]) so that one kernel serves every layer, told which by an integer argument. GGUF orders the
 rows of each query and key head for llama.cpp's rotation of adjacent pairs (``2i``, ``2i + 1``), and so does
@@ -134,15 +137,16 @@ def load_weights(path=None) -> Weights:
 
 # ---- the kernels -------------------------------------------------------------------------------------------------
 
-def embed_kernel(vocab: int, width: int):
-    """The token's row of the 8-bit embedding, dequantized: h = codes[token] x scale[token, group]."""
+def embed_kernel(vocab: int, width: int, tokens: int = 1):
+    """The token's row of the 8-bit embedding, dequantized: h = codes[token] x scale[token, group] (``tokens``
+    tokens: their rows one after another)."""
 
     @T.prim_func
-    def embed(token: T.Buffer((1,), "int32"), codes: T.Buffer((vocab, width), "int8"),
-              scale: T.Buffer((vocab, width // GROUP), "float16"), h: T.Buffer((width,), "float32")):
+    def embed(token: T.Buffer((tokens,), "int32"), codes: T.Buffer((vocab, width), "int8"),
+              scale: T.Buffer((vocab, width // GROUP), "float16"), h: T.Buffer((tokens * width,), "float32")):
         T.func_attr({"tirx.noalias": True})
-        for i in range(width):
-            h[i] = T.Cast("float32", codes[token[0], i]) * T.Cast("float32", scale[token[0], i // GROUP])
+        for t, i in T.grid(tokens, width):
+            h[t * width + i] = T.Cast("float32", codes[token[t], i]) * T.Cast("float32", scale[token[t], i // GROUP])
 
     return embed
 
@@ -157,96 +161,121 @@ def _int8_slot(i, paired: bool):
     return (g // 2) * 2 * GROUP + (j // half) * GROUP + (g % 2) * half + j % half
 
 
+def _scale_slot(g, spread: bool):
+    """Where group ``g``'s scale goes: ``g``, or with ``spread`` the first of its copies, laid out for
+    ``qgemv.int8_gemm`` (for each pair of groups, the first's scale four times, then the second's)."""
+    return g * qgemv.SCALE_COPIES if spread else g
+
+
+def _scale_count(groups: int, tokens: int) -> int:
+    """The scales a quantized activation holds: one a group, four copies (``_scale_slot``) for a prompt's tokens."""
+    return tokens * groups * (qgemv.SCALE_COPIES if tokens > 1 else 1)
+
+
+
 @T.macro
-def _quantize_groups(x, xq, xscale, xsum, groups, paired):
-    """x in int8 groups of 32: scale = the group's largest magnitude / 127, codes rounded, each group's sum."""
-    for g in range(groups):
+def _quantize_groups(x, xq, xscale, xsum, groups, paired, prompt):
+    """x in int8 groups of 32: scale = the group's largest magnitude / 127, codes rounded, each group's sum. For a
+    ``prompt``'s tokens, the groups spread over the cores and each scale written four times (``_scale_slot``);
+    one token's few groups are quicker on one core."""
+    for g in T.parallel(groups) if prompt else T.serial(groups):
         largest = T.decl_buffer((1,), "float32")
         total = T.decl_buffer((1,), "int32")
+        slot = _scale_slot(g, prompt)
         largest[0] = T.float32(0)
         total[0] = 0
         for j in range(GROUP):
             largest[0] = T.max(largest[0], T.abs(x[g * GROUP + j]))
-        xscale[g] = T.Select(largest[0] > T.float32(0), largest[0] / T.float32(127), T.float32(1))
+        xscale[slot] = T.Select(largest[0] > T.float32(0), largest[0] / T.float32(127), T.float32(1))
         for j in range(GROUP):
-            xq[_int8_slot(g * GROUP + j, paired)] = T.Cast("int8", T.round(x[g * GROUP + j] / xscale[g]))
-            total[0] = total[0] + T.Cast("int32", T.round(x[g * GROUP + j] / xscale[g]))
-        xsum[g] = T.Cast("float32", total[0]) * xscale[g]
+            xq[_int8_slot(g * GROUP + j, paired)] = T.Cast("int8", T.round(x[g * GROUP + j] / xscale[slot]))
+            total[0] = total[0] + T.Cast("int32", T.round(x[g * GROUP + j] / xscale[slot]))
+        xsum[g] = T.Cast("float32", total[0]) * xscale[slot]
+        if prompt:
+            for k in range(1, qgemv.SCALE_COPIES):
+                xscale[slot + k] = xscale[slot]
 
 
-def add_norm_quantize_kernel(width: int, layers: int, eps: float, paired: bool = True):
+def add_norm_quantize_kernel(width: int, layers: int, eps: float, paired: bool = True, tokens: int = 1):
     """h_out = h + delta; x = RMS-normalized h_out times the layer's norm weights; x quantized to int8 in groups of
-    32 (``qgemv.quantize_activation``'s layout, or the natural order with ``paired=False``)."""
+    32 (``qgemv.quantize_activation``'s layout, or the natural order with ``paired=False``); each of ``tokens``
+    vectors (one after another) alone."""
     groups = width // GROUP
 
     @T.prim_func
-    def add_norm_quantize(h: T.Buffer((width,), "float32"), delta: T.Buffer((width,), "float32"),
+    def add_norm_quantize(h: T.Buffer((tokens * width,), "float32"), delta: T.Buffer((tokens * width,), "float32"),
                           weight: T.Buffer((layers, width), "float32"), layer: T.int32,
-                          h_out: T.Buffer((width,), "float32"), xq: T.Buffer((width,), "int8"),
-                          xscale: T.Buffer((groups,), "float32"), xsum: T.Buffer((groups,), "float32"),
-                          x: T.Buffer((width,), "float32")):
+                          h_out: T.Buffer((tokens * width,), "float32"), xq: T.Buffer((tokens * width,), "int8"),
+                          xscale: T.Buffer((_scale_count(groups, tokens),), "float32"),
+                          xsum: T.Buffer((tokens * groups,), "float32"), x: T.Buffer((tokens * width,), "float32")):
         T.func_attr({"tirx.noalias": True})
-        squares = T.decl_buffer((1,), "float32")
-        squares[0] = T.float32(0)
-        for i in range(width):
-            h_out[i] = h[i] + delta[i]
-            squares[0] = squares[0] + h_out[i] * h_out[i]
-        for i in range(width):
-            x[i] = h_out[i] / T.sqrt(squares[0] / T.float32(width) + T.float32(eps)) * weight[layer, i]
-        _quantize_groups(x, xq, xscale, xsum, groups, paired)
+        for t in T.parallel(tokens) if tokens > 1 else T.serial(tokens):
+            squares = T.decl_buffer((1,), "float32")
+            squares[0] = T.float32(0)
+            for i in range(width):
+                h_out[t * width + i] = h[t * width + i] + delta[t * width + i]
+                squares[0] = squares[0] + h_out[t * width + i] * h_out[t * width + i]
+            for i in range(width):
+                x[t * width + i] = h_out[t * width + i] / T.sqrt(
+                    squares[0] / T.float32(width) + T.float32(eps)) * weight[layer, i]
+        # a token's groups come in pairs (width is a multiple of 64): the tokens quantize as one long vector
+        _quantize_groups(x, xq, xscale, xsum, tokens * groups, paired, tokens > 1)
 
     return add_norm_quantize
 
 
-def quantize_kernel(width: int):
+def quantize_kernel(width: int, tokens: int = 1):
     """A vector quantized to int8 as ``qgemv.quantize_activation`` does (the attention's output, before the
-    output projection)."""
+    output projection); ``tokens`` vectors one after another."""
     groups = width // GROUP
 
     @T.prim_func
-    def quantize(x: T.Buffer((width,), "float32"), xq: T.Buffer((width,), "int8"),
-                 xscale: T.Buffer((groups,), "float32"), xsum: T.Buffer((groups,), "float32")):
+    def quantize(x: T.Buffer((tokens * width,), "float32"), xq: T.Buffer((tokens * width,), "int8"),
+                 xscale: T.Buffer((_scale_count(groups, tokens),), "float32"), xsum: T.Buffer((tokens * groups,), "float32")):
         T.func_attr({"tirx.noalias": True})
-        _quantize_groups(x, xq, xscale, xsum, groups, True)
+        _quantize_groups(x, xq, xscale, xsum, tokens * groups, True, tokens > 1)
 
     return quantize
 
 
-def rope_and_cache_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
+def rope_and_cache_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT, tokens: int = 1):
     """Rotate the query and the new key by the position's angles (adjacent pairs, as GGUF orders the rows), and
-    write the key and value into the layer's cache at ``pos`` (in place)."""
+    write the key and value into the layer's cache at ``pos`` (in place); ``tokens`` tokens at ``pos`` onwards."""
     H, KV, hd, L = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     q_rows, kv_rows = H * hd, KV * hd
+    rows = q_rows + 2 * kv_rows
 
     @T.prim_func
-    def rope_and_cache(qkv: T.Buffer((q_rows + 2 * kv_rows,), "float32"), pos: T.Buffer((1,), "int32"),
+    def rope_and_cache(qkv: T.Buffer((tokens * rows,), "float32"), pos: T.Buffer((1,), "int32"),
                        cos: T.Buffer((context, hd // 2), "float32"), sin: T.Buffer((context, hd // 2), "float32"),
                        k_cache: T.Buffer((L, KV, context, hd), "float32"),
                        v_cache: T.Buffer((L, KV, context, hd), "float32"), layer: T.int32,
-                       q: T.Buffer((q_rows,), "float32")):
+                       q: T.Buffer((tokens * q_rows,), "float32")):
         T.func_attr({"tirx.noalias": True})
-        p = pos[0]
-        for head in range(H):
-            for i in range(hd // 2):
-                a = qkv[head * hd + 2 * i]
-                b = qkv[head * hd + 2 * i + 1]
-                q[head * hd + 2 * i] = a * cos[p, i] - b * sin[p, i]
-                q[head * hd + 2 * i + 1] = a * sin[p, i] + b * cos[p, i]
-        for head in range(KV):
-            for i in range(hd // 2):
-                a = qkv[q_rows + head * hd + 2 * i]
-                b = qkv[q_rows + head * hd + 2 * i + 1]
-                k_cache[layer, head, p, 2 * i] = a * cos[p, i] - b * sin[p, i]
-                k_cache[layer, head, p, 2 * i + 1] = a * sin[p, i] + b * cos[p, i]
-            for i in range(hd):
-                v_cache[layer, head, p, i] = qkv[q_rows + kv_rows + head * hd + i]
+        for t in range(tokens):
+            p = pos[0] + t
+            for head in range(H):
+                for i in range(hd // 2):
+                    a = qkv[t * rows + head * hd + 2 * i]
+                    b = qkv[t * rows + head * hd + 2 * i + 1]
+                    q[t * q_rows + head * hd + 2 * i] = a * cos[p, i] - b * sin[p, i]
+                    q[t * q_rows + head * hd + 2 * i + 1] = a * sin[p, i] + b * cos[p, i]
+            for head in range(KV):
+                for i in range(hd // 2):
+                    a = qkv[t * rows + q_rows + head * hd + 2 * i]
+                    b = qkv[t * rows + q_rows + head * hd + 2 * i + 1]
+                    k_cache[layer, head, p, 2 * i] = a * cos[p, i] - b * sin[p, i]
+                    k_cache[layer, head, p, 2 * i + 1] = a * sin[p, i] + b * cos[p, i]
+                for i in range(hd):
+                    v_cache[layer, head, p, i] = qkv[t * rows + q_rows + kv_rows + head * hd + i]
 
     return rope_and_cache
 
 
-def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
+def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT, tokens: int = 1):
     """Each query head against the cache of its key-value head (grouped-query attention), positions 0..pos: scores
-    scaled by 1/sqrt(head_dim), softmax, the values weighted; heads spread over the cores."""
+    scaled by 1/sqrt(head_dim), softmax, the values weighted; heads spread over the cores. With ``tokens``
+    queries (a prompt's, one after another), the one at ``pos + t`` reads positions 0..pos + t: causal."""
     H, KV, hd, L = shape.heads, shape.kv_heads, shape.head_dim, shape.layers
     per_kv = H // KV
     scale = float(1.0 / np.sqrt(hd))
@@ -256,53 +285,59 @@ def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT):
     LANES = 16 if hd % 16 == 0 else 8
 
     @T.prim_func
-    def attention(q: T.Buffer((H * hd,), "float32"), pos: T.Buffer((1,), "int32"),
+    def attention(q: T.Buffer((tokens * H * hd,), "float32"), pos: T.Buffer((1,), "int32"),
                   k_cache: T.Buffer((L, KV, context, hd), "float32"), v_cache: T.Buffer((L, KV, context, hd), "float32"),
-                  layer: T.int32, out: T.Buffer((H * hd,), "float32"), scores: T.Buffer((H, context), "float32")):
+                  layer: T.int32, out: T.Buffer((tokens * H * hd,), "float32"),
+                  scores: T.Buffer((tokens * H, context), "float32")):
         T.func_attr({"tirx.noalias": True})
-        for head in T.parallel(H):
+        for query in T.parallel(tokens * H):   # each token's heads, spread over the cores
+            n, head = query // H, query % H
             kv = head // per_kv
             top = T.decl_buffer((2,), "float32")
             lanes = T.decl_buffer((LANES,), "float32", scope="global")   # registers (see qgemv.int8_gemv)
+            row = query * hd   # this query's head in q and out
             top[0] = T.float32(-3.0e38)
-            for t in range(pos[0] + 1):
-                # q . k in LANES partial sums, added up at the end: one long chain of dependent additions would
-                # wait for each one (the loop over the past is most of this kernel's time)
+            for t in range(pos[0] + n + 1):
+                # q . k in LANES partial sums, added up at the end: one long chain of dependent additions
+                # would wait for each one (the loop over the past is most of this kernel's time)
                 lanes[T.ramp(0, 1, LANES)] = T.broadcast(T.float32(0), LANES)
                 for i in range(hd // LANES):
                     lanes[T.ramp(0, 1, LANES)] = lanes[T.ramp(0, 1, LANES)] + q.vload(
-                        [head * hd + i * LANES], f"float32x{LANES}") * k_cache.vload([layer, kv, t, i * LANES],
-                                                                                     f"float32x{LANES}")
-                scores[head, t] = T.float32(0)
+                        [row + i * LANES], f"float32x{LANES}") * k_cache.vload([layer, kv, t, i * LANES],
+                                                                               f"float32x{LANES}")
+                scores[query, t] = T.float32(0)
                 for j in T.unroll(LANES):
-                    scores[head, t] = scores[head, t] + lanes[j]
-                scores[head, t] = scores[head, t] * T.float32(scale)
-                top[0] = T.max(top[0], scores[head, t])
+                    scores[query, t] = scores[query, t] + lanes[j]
+                scores[query, t] = scores[query, t] * T.float32(scale)
+                top[0] = T.max(top[0], scores[query, t])
             top[1] = T.float32(0)
-            for t in range(pos[0] + 1):
-                scores[head, t] = T.exp(scores[head, t] - top[0])
-                top[1] = top[1] + scores[head, t]
+            for t in range(pos[0] + n + 1):
+                scores[query, t] = T.exp(scores[query, t] - top[0])
+                top[1] = top[1] + scores[query, t]
             for i in range(hd):
-                out[head * hd + i] = T.float32(0)
-            for t in range(pos[0] + 1):
+                out[row + i] = T.float32(0)
+            for t in range(pos[0] + n + 1):
                 for i in range(hd):
-                    out[head * hd + i] = out[head * hd + i] + scores[head, t] / top[1] * v_cache[layer, kv, t, i]
+                    out[row + i] = out[row + i] + scores[query, t] / top[1] * v_cache[layer, kv, t, i]
 
     return attention
 
 
-def silu_mul_quantize_kernel(mlp: int):
-    """x = SiLU(gate) x up (the gate and up rows come as one vector), quantized as ``quantize_kernel``."""
+def silu_mul_quantize_kernel(mlp: int, tokens: int = 1):
+    """x = SiLU(gate) x up (the gate and up rows come as one vector), quantized as ``quantize_kernel``; ``tokens``
+    vectors one after another."""
     groups = mlp // GROUP
 
     @T.prim_func
-    def silu_mul_quantize(gate_up: T.Buffer((2 * mlp,), "float32"), xq: T.Buffer((mlp,), "int8"),
-                          xscale: T.Buffer((groups,), "float32"), xsum: T.Buffer((groups,), "float32"),
-                          x: T.Buffer((mlp,), "float32")):
+    def silu_mul_quantize(gate_up: T.Buffer((tokens * 2 * mlp,), "float32"), xq: T.Buffer((tokens * mlp,), "int8"),
+                          xscale: T.Buffer((_scale_count(groups, tokens),), "float32"),
+                          xsum: T.Buffer((tokens * groups,), "float32"), x: T.Buffer((tokens * mlp,), "float32")):
         T.func_attr({"tirx.noalias": True})
-        for i in range(mlp):
-            x[i] = gate_up[i] / (T.float32(1) + T.exp(-gate_up[i])) * gate_up[mlp + i]
-        _quantize_groups(x, xq, xscale, xsum, groups, True)
+        for t in T.parallel(tokens) if tokens > 1 else T.serial(tokens):
+            for i in range(mlp):
+                x[t * mlp + i] = gate_up[2 * t * mlp + i] / (T.float32(1) + T.exp(-gate_up[2 * t * mlp + i])) * \
+                    gate_up[2 * t * mlp + mlp + i]
+        _quantize_groups(x, xq, xscale, xsum, tokens * groups, True, tokens > 1)
 
     return silu_mul_quantize
 
@@ -371,76 +406,98 @@ def _tensor(shape, dtype: str) -> relax.TensorType:
     return relax.TensorType([int(d) for d in shape], dtype)
 
 
+PREFILL_TOKENS = 16   # a prompt's tokens per call of ``prefill``
+
+
 def step_module(weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT,
-                prefetch_next: bool = True) -> tvm.IRModule:
+                prefetch_next: bool = True, prefill_tokens: int = PREFILL_TOKENS) -> tvm.IRModule:
     """The decoding step as a Relax module: ``main(token, pos, k_cache, v_cache, *weights.arrays())`` returns
     (next token, logits, k_cache, v_cache), the caches written in place; ``feed``, with the same arguments, only
     writes the token's keys and values into the caches (a prompt's tokens before its last need no logits: the
-    output layer reads the 30 MB embedding, a fifth of a step)."""
+    output layer reads the 30 MB embedding, a fifth of a step); ``prefill`` does what ``feed`` does for
+    ``prefill_tokens`` tokens at positions ``pos`` onwards, its products matrix-matrix (``qgemv.int8_gemm``: each
+    weight read once for all the tokens)."""
     s, eps = weights.shape, 1e-5
     instruction = instruction or int8.int8_instruction(machine.cpu_target())
     D, F, hd = s.width, s.mlp, s.head_dim
     layers = s.layers
     bb = relax.BlockBuilder()
-    kernels = {
-        "embed": embed_kernel(s.vocab, D),
-        "attn_norm": add_norm_quantize_kernel(D, layers, eps),
-        "ffn_norm": add_norm_quantize_kernel(D, layers, eps),
-        "quantize": quantize_kernel(D),
-        "final_norm": add_norm_quantize_kernel(D, 1, eps, paired=False),
-        "qkv": _stacked_gemv(weights.qkv, instruction, prefetch_next),
-        "out": _stacked_gemv(weights.out, instruction, prefetch_next),
-        "gate_up": _stacked_gemv(weights.gate_up, instruction, prefetch_next),
-        "down": _stacked_gemv(weights.down, instruction, prefetch_next),
-        "rope_and_cache": rope_and_cache_kernel(s, context),
-        "attention": attention_kernel(s, context),
-        "silu_mul_quantize": silu_mul_quantize_kernel(F),
-        "logits": q8_gemv_kernel(s.vocab, D, instruction, rows_together=1),
-        "argmax": argmax_kernel(s.vocab),
-    }
-    gv = {name: bb.add_func(func.with_attr("global_symbol", name), name) for name, func in kernels.items()}
+
+    def products(stacked: Stacked, tokens: int):
+        if tokens == 1:
+            return _stacked_gemv(stacked, instruction, prefetch_next)
+        return qgemv.int8_gemm(stacked.rows, stacked.cols, tokens, instruction, layers=stacked.codes.shape[0])
+
+    def kernels_for(tokens: int) -> dict:
+        """Every kernel of a function that takes ``tokens`` tokens, added to the module (named ``_x<tokens>``
+        after the first)."""
+        kernels = {
+            "embed": embed_kernel(s.vocab, D, tokens),
+            "attn_norm": add_norm_quantize_kernel(D, layers, eps, tokens=tokens),
+            "ffn_norm": add_norm_quantize_kernel(D, layers, eps, tokens=tokens),
+            "quantize": quantize_kernel(D, tokens),
+            "qkv": products(weights.qkv, tokens),
+            "out": products(weights.out, tokens),
+            "gate_up": products(weights.gate_up, tokens),
+            "down": products(weights.down, tokens),
+            "rope_and_cache": rope_and_cache_kernel(s, context, tokens),
+            "attention": attention_kernel(s, context, tokens),
+            "silu_mul_quantize": silu_mul_quantize_kernel(F, tokens),
+        }
+        if tokens == 1:
+            kernels.update({
+                "final_norm": add_norm_quantize_kernel(D, 1, eps, paired=False),
+                "logits": q8_gemv_kernel(s.vocab, D, instruction, rows_together=1),
+                "argmax": argmax_kernel(s.vocab),
+            })
+        suffix = "" if tokens == 1 else f"_x{tokens}"
+        return {name: bb.add_func(func.with_attr("global_symbol", name + suffix), name + suffix)
+                for name, func in kernels.items()}
+
     cache_shape = (layers, s.kv_heads, context, hd)
     names = ["qkv_codes", "qkv_scale", "qkv_min", "out_codes", "out_scale", "out_min", "gate_up_codes", "gate_up_scale",
              "gate_up_min", "down_codes", "down_scale", "down_min", "attn_norm", "ffn_norm", "final_norm", "embed_codes",
              "embed_scale", "cos", "sin"]
 
-    def quantized(width):
-        return [_tensor((width,), "int8"), _tensor((width // GROUP,), "float32"), _tensor((width // GROUP,), "float32"),
-                _tensor((width,), "float32")]
-
-    def function(name: str, logits: bool) -> None:
-        """``name``: the step; with ``logits``, through the output layer and the greedy choice, else the caches only."""
-        params = [relax.Var("token", _tensor((1,), "int32")), relax.Var("pos", _tensor((1,), "int32")),
+    def function(name: str, logits: bool, gv: dict, tokens: int = 1) -> None:
+        """``name``: the step for ``tokens`` tokens; with ``logits``, through the output layer and the greedy
+        choice, else the caches only."""
+        params = [relax.Var("token", _tensor((tokens,), "int32")), relax.Var("pos", _tensor((1,), "int32")),
                   relax.Var("k_cache", _tensor(cache_shape, "float32")),
                   relax.Var("v_cache", _tensor(cache_shape, "float32"))]
         w = {n: relax.Var(n, _tensor(a.shape, str(a.dtype))) for n, a in zip(names, weights.arrays())}
         token, pos, k_cache, v_cache = params
 
+        def quantized(width):
+            return [_tensor((tokens * width,), "int8"), _tensor((_scale_count(width // GROUP, tokens),), "float32"),
+                    _tensor((tokens * width // GROUP,), "float32"), _tensor((tokens * width,), "float32")]
+
         def gemv(kernel, x, layer, rows):
             return bb.emit(relax.call_tir(gv[kernel], [x[0], x[1], x[2], w[f"{kernel}_codes"], w[f"{kernel}_scale"],
-                                                       w[f"{kernel}_min"], _index(layer)], _tensor((rows,), "float32")))
+                                                       w[f"{kernel}_min"], _index(layer)],
+                                          _tensor((tokens * rows,), "float32")))
 
-        def norm(kernel, h, delta, weight, layer, width=D):
+        def norm(kernel, h, delta, weight, layer):
             out = bb.emit(relax.call_tir(gv[kernel], [h, delta, weight, _index(layer)],
-                                         [_tensor((width,), "float32"), *quantized(width)]))
+                                         [_tensor((tokens * D,), "float32"), *quantized(D)]))
             return [bb.emit(relax.TupleGetItem(out, i)) for i in range(4)]
 
         with bb.function(name, params + list(w.values())):
             with bb.dataflow():
                 h = bb.emit(relax.call_tir(gv["embed"], [token, w["embed_codes"], w["embed_scale"]],
-                                           _tensor((D,), "float32")))
-                delta = bb.emit(relax.op.zeros((D,), "float32"))
+                                           _tensor((tokens * D,), "float32")))
+                delta = bb.emit(relax.op.zeros((tokens * D,), "float32"))
                 for layer in range(layers):
                     h, *x = norm("attn_norm", h, delta, w["attn_norm"], layer)
                     qkv = gemv("qkv", x, layer, weights.qkv.rows)
                     rotated = bb.emit(relax.op.call_tir_inplace(
                         gv["rope_and_cache"], [qkv, pos, w["cos"], w["sin"], k_cache, v_cache, _index(layer)],
-                        [-1, 4, 5], [_tensor((s.heads * hd,), "float32"), _tensor(cache_shape, "float32"),
+                        [-1, 4, 5], [_tensor((tokens * s.heads * hd,), "float32"), _tensor(cache_shape, "float32"),
                                      _tensor(cache_shape, "float32")]))
                     q, k_cache, v_cache = (bb.emit(relax.TupleGetItem(rotated, i)) for i in range(3))
                     attended = bb.emit(relax.call_tir(gv["attention"], [q, pos, k_cache, v_cache, _index(layer)],
-                                                      [_tensor((s.heads * hd,), "float32"),
-                                                       _tensor((s.heads, context), "float32")]))
+                                                      [_tensor((tokens * s.heads * hd,), "float32"),
+                                                       _tensor((tokens * s.heads, context), "float32")]))
                     a = bb.emit(relax.call_tir(gv["quantize"], [bb.emit(relax.TupleGetItem(attended, 0))],
                                                quantized(D)[:3]))
                     delta = gemv("out", [bb.emit(relax.TupleGetItem(a, i)) for i in range(3)], layer, D)
@@ -458,8 +515,11 @@ def step_module(weights: Weights, instruction: str | None = None, context: int =
                     result = bb.emit_output(relax.Tuple([k_cache, v_cache]))
             bb.emit_func_output(result)
 
-    function("main", logits=True)
-    function("feed", logits=False)
+    one = kernels_for(1)
+    function("main", logits=True, gv=one)
+    function("feed", logits=False, gv=one)
+    if prefill_tokens > 1:
+        function("prefill", logits=False, gv=kernels_for(prefill_tokens), tokens=prefill_tokens)
     return bb.get()
 
 
@@ -486,7 +546,8 @@ class Decoder:
     """The compiled step with its weights and caches on the device: ``feed`` a prompt, ``generate`` greedily."""
 
     def __init__(self, weights: Weights, instruction: str | None = None, context: int = MAX_CONTEXT,
-                 target: tvm.target.Target | None = None, prefetch_next: bool = True) -> None:
+                 target: tvm.target.Target | None = None, prefetch_next: bool = True,
+                 prefill_tokens: int = PREFILL_TOKENS) -> None:
         if not 0 < context <= weights.cos.shape[0]:
             raise CourseError(f"context must be 1 to {weights.cos.shape[0]} positions (the rotation tables' length); "
                               f"got {context}")
@@ -494,10 +555,14 @@ class Decoder:
         self.weights, self.context = weights, context
         self.device = tvm.cpu()
         target = target or machine.cpu_target()
-        self.executable = tvm.compile(step_module(weights, instruction, context, prefetch_next), target=target,
-                                      relax_pipeline=build_pipeline())
+        if prefill_tokens < 2 or (prefill_tokens > 8 and prefill_tokens % 8):
+            raise CourseError(f"prefill_tokens must be 2 to 8, or a multiple of 8 (the products take up to 8 "
+                              f"tokens at a time); got {prefill_tokens}")
+        self.executable = tvm.compile(step_module(weights, instruction, context, prefetch_next, prefill_tokens),
+                                      target=target, relax_pipeline=build_pipeline())
         self.vm = relax.VirtualMachine(self.executable, self.device)
-        self.step_fn, self.feed_fn = self.vm["main"], self.vm["feed"]
+        self.step_fn, self.feed_fn, self.prefill_fn = self.vm["main"], self.vm["feed"], self.vm["prefill"]
+        self.prefill_tokens = prefill_tokens
         self.params = [tvm.runtime.tensor(a, self.device) for a in weights.arrays()]
         cache = (weights.shape.layers, weights.shape.kv_heads, context, weights.shape.head_dim)
         self.k_cache = tvm.runtime.tensor(np.zeros(cache, np.float32), self.device)
@@ -518,13 +583,33 @@ class Decoder:
     def reset(self) -> None:
         self.length = 0
 
-    def feed(self, ids) -> tuple:
-        """The prompt, one token a step (its keys and values into the cache): the last step's outputs. Only the
-        last token goes through the output layer: the others' logits would be thrown away."""
+    def prefill(self, ids) -> None:
+        """Up to ``prefill_tokens`` tokens' keys and values into the cache in one call. Fewer are padded with
+        token 0: the padding's keys land at positions after the prompt, which no query reads before the next
+        tokens write over them (a query at position p reads positions 0..p only)."""
+        ids = [int(token) for token in ids]
+        if not 0 < len(ids) <= self.prefill_tokens:
+            raise CourseError(f"prefill() takes 1 to {self.prefill_tokens} tokens; got {len(ids)}")
+        if self.length + self.prefill_tokens > self.context:
+            raise CourseError(f"the cache holds {self.context} positions, and a prefill writes {self.prefill_tokens} "
+                              f"from position {self.length}; feed the rest one token at a time (step)")
+        tokens = tvm.runtime.tensor(np.array(ids + [0] * (self.prefill_tokens - len(ids)), np.int32), self.device)
+        pos = tvm.runtime.tensor(np.array([self.length], np.int32), self.device)
+        self.prefill_fn(tokens, pos, self.k_cache, self.v_cache, *self.params)
+        self.length += len(ids)
+
+    def feed(self, ids, prefill: bool = True) -> tuple:
+        """The prompt into the cache, ``prefill_tokens`` tokens a call (the last ones one at a time where a whole
+        call would run past the cache's end; all of them with ``prefill=False``), then its last token through the
+        output layer: that step's outputs. Only the last token needs logits: the others' would be thrown away."""
         ids = [int(token) for token in ids]
         if not ids:
             raise CourseError("feed() needs at least one token: the prompt is empty")
-        for token in ids[:-1]:
+        rest = ids[:-1]
+        while prefill and rest and self.length + self.prefill_tokens <= self.context:
+            self.prefill(rest[:self.prefill_tokens])
+            rest = rest[self.prefill_tokens:]
+        for token in rest:
             self.step(token, logits=False)
         return self.step(ids[-1])
 

@@ -28,7 +28,7 @@ from .config import REPO
 PYTORCH = "PyTorch eager, float32 weights"
 TVM = "TVM, int8 x 4-bit (decoder)"
 LLAMA_CPP = "llama.cpp (llama-cpp-python 0.3.36)"
-LLAMA_CPP_INSTALL = "pip install llama-cpp-python==0.3.36   (builds llama.cpp: about 15 minutes on two cores)"
+LLAMA_CPP_INSTALL = ".venv/bin/python -m pip install -r requirements-benchmark.txt   (builds llama.cpp: about 15 minutes on two cores)"
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ def pytorch_engine(model, ids: list[int], new_tokens: int) -> Callable[[], Run]:
 
 
 def tvm_engine(step: decoder.Decoder, ids: list[int], new_tokens: int) -> Callable[[], Run]:
-    """The same from TVM's compiled step: the prompt fed one token a step, each next token left on the device."""
+    """The same from TVM's compiled step: the prompt fed ``step.prefill_tokens`` tokens a call, each next token
+    left on the device."""
 
     def run() -> Run:
         step.reset()
@@ -94,6 +95,9 @@ def llama_cpp_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[],
                   verbose=False)
 
     def run() -> Run:
+        # forget the last answer's tokens: llama-cpp-python reuses the cache of a prompt it has seen before, and
+        # the first token would then cost one token's work instead of the prompt's
+        model.reset()
         start = time.perf_counter()
         first, n = 0.0, 0
         for _ in model.generate(ids, temp=0, top_k=1, reset=True):
@@ -104,6 +108,23 @@ def llama_cpp_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[],
                 break
         return Run(first - start, time.perf_counter() - start, n)
     return run
+
+
+def prompt_times(step: decoder.Decoder, ids: list[int], repeats: int) -> dict[str, list[float]]:
+    """Milliseconds from an empty cache to the first new token, the prompt fed one token a step and
+    ``step.prefill_tokens`` a call, in turns after one warm-up each: {"one token a step": [...], "N tokens a
+    call": [...]}, each sorted."""
+    ways = {"one token a step": False, f"{step.prefill_tokens} tokens a call": True}
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for round_ in range(repeats + 1):
+        for name, prefill in ways.items():
+            step.reset()
+            start = time.perf_counter()
+            best, _ = step.feed(ids, prefill=prefill)
+            best.numpy()
+            if round_:
+                times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: sorted(t) for name, t in times.items()}
 
 
 def compare(engines: dict[str, Callable[[], Run]], repeats: int) -> dict[str, dict]:
@@ -122,14 +143,22 @@ def compare(engines: dict[str, Callable[[], Run]], repeats: int) -> dict[str, di
         out[name] = {"tokens": done[0].tokens, "tokens_per_s": float(np.median(whole)),
                      "tokens_per_s_range": [whole[0], whole[-1]], "decode_tokens_per_s": float(np.median(after)),
                      "decode_range": [after[0], after[-1]],
-                     "first_token_ms": float(np.median([r.first_s for r in done]) * 1e3)}
+                     "first_token_ms": float(np.median([r.first_s for r in done]) * 1e3),
+                     "first_token_range_ms": [min(r.first_s for r in done) * 1e3, max(r.first_s for r in done) * 1e3]}
     return out
 
 
 def verdict(ours: dict, theirs: dict, rate: str = "decode") -> str:
     """Whether ``ours`` generated faster than ``theirs`` (``compare``'s rows) with the rounds' ranges apart, or the
-    ranges overlap and the medians alone cannot say: ``rate`` "decode" (after the first token) or "whole"."""
-    key, span = ("decode_tokens_per_s", "decode_range") if rate == "decode" else ("tokens_per_s", "tokens_per_s_range")
+    ranges overlap and the medians alone cannot say: ``rate`` "decode" (after the first token), "whole" or
+    "first" (the time to the first token: the prompt's)."""
+    if rate == "first":   # a time: the lower the faster
+        ours, theirs = ({"rate": 1 / row["first_token_ms"], "span": [1 / row["first_token_range_ms"][1],
+                                                                     1 / row["first_token_range_ms"][0]]}
+                        for row in (ours, theirs))
+        key, span = "rate", "span"
+    else:
+        key, span = ("decode_tokens_per_s", "decode_range") if rate == "decode" else ("tokens_per_s", "tokens_per_s_range")
     ratio = ours[key] / theirs[key]
     if ours[span][0] > theirs[span][1]:
         return f"{ratio:.2f}x, faster in every round"

@@ -329,6 +329,74 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
     return main
 
 
+SCALE_COPIES = 4   # int8_gemm's activation scales: each group's four times, over its four lanes
+
+
+def int8_gemm(rows: int, cols: int, tokens: int, instruction: str | None = None, layers: int | None = None,
+              tokens_together: int = 8) -> tvm.tirx.PrimFunc:
+    """``int8_gemv`` for ``tokens`` vectors at once (a prompt's, a matrix-matrix product): ``xq``, ``xscale`` and
+    ``xsum`` hold the tokens' int8 vectors one after another (each scale four times, ``SCALE_COPIES``: one load
+    gives a pair of groups' eight lanes), ``y`` their outputs ([token, row], flat). Each row's
+    codes are read from memory once for every token instead of once a token, and ``tokens_together`` tokens (or
+    all, where fewer) share each unpacking of the codes and each load of the row's scales (the compiler keeps the
+    unpacked codes in registers across the unrolled tokens): a decoding step is limited by memory, a prompt by
+    this arithmetic. Measured on a Zen 4 (2 cores), 16 tokens a call through SmolLM2's 30 gate-and-up matrices
+    (stacked, from memory): 4 tokens together 55 billion multiply-adds a second, 8 95, 16 86 (16 tokens' sums
+    no longer fit the registers beside the unpacked codes)."""
+    _check_groups(cols, 2 * GGUF_GROUP)
+    TB = min(tokens, tokens_together)
+    if tokens % TB:
+        raise QuantizedShapeError(f"{tokens} tokens do not split into steps of {TB} tokens")
+    instruction = instruction or int8.int8_instruction(machine.cpu_target())
+    if instruction not in ("vnni", "avx2"):
+        raise CourseError(f"int8_gemm needs AVX-512 VNNI or AVX2 ('vnni' or 'avx2'); this CPU has {instruction!r}")
+    groups, pairs, L = cols // GGUF_GROUP, cols // (2 * GGUF_GROUP), layers or 1
+
+    def products(codes, xq, layer, n, t, p):
+        both = codes.vload([layer, n, p * 32], "uint8x32")
+        low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
+        high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
+        first = byte_dot(T.broadcast(T.int32(0), 8), low, xq.vload([t * cols + p * 64], "int8x32"), instruction)
+        return byte_dot(first, high, xq.vload([t * cols + p * 64 + 32], "int8x32"), instruction)
+
+    def scales(scale, xscale, layer, n, t, p):
+        """The row's two scales spread over their groups' lanes (the same for every token: computed once for
+        the unrolled tokens) times the token's, which come spread already (``xscale``: four copies each)."""
+        weight = T.Cast("float32x2", scale.vload([layer, n, 2 * p], "float16x2"))
+        return T.Shuffle([weight, weight, weight, weight], [0, 0, 0, 0, 1, 1, 1, 1]) * xscale.vload(
+            [(t * groups + 2 * p) * SCALE_COPIES], "float32x8")
+
+    def offsets(minimum, xsum, layer, n, t, p):
+        return T.Cast("float32x2", minimum.vload([layer, n, 2 * p], "float16x2")) * xsum.vload(
+            [t * groups + 2 * p], "float32x2")
+
+    @T.prim_func
+    def gemm(xq: T.Buffer((tokens * cols,), "int8"), xscale: T.Buffer((tokens * groups * SCALE_COPIES,), "float32"),
+             xsum: T.Buffer((tokens * groups,), "float32"), codes: T.Buffer((L, rows, cols // 2), "uint8"),
+             scale: T.Buffer((L, rows, groups), "float16"), minimum: T.Buffer((L, rows, groups), "float16"),
+             layer: T.int32, y: T.Buffer((tokens * rows,), "float32")):
+        T.func_attr({"global_symbol": "main", "tirx.noalias": True})
+        for n in T.parallel(rows):
+            for tb in range(tokens // TB):
+                lanes = T.decl_buffer((TB, 8), "float32", scope="global")   # registers (see int8_gemv)
+                mins = T.decl_buffer((TB, 2), "float32", scope="global")
+                for t in T.unroll(TB):
+                    lanes[t, T.ramp(0, 1, 8)] = T.broadcast(T.float32(0), 8)
+                    mins[t, T.ramp(0, 1, 2)] = T.broadcast(T.float32(0), 2)
+                for p in range(pairs):
+                    for t in T.unroll(TB):
+                        lanes[t, T.ramp(0, 1, 8)] = lanes[t, T.ramp(0, 1, 8)] + T.Cast(
+                            "float32x8", products(codes, xq, layer, n, tb * TB + t, p)) * scales(
+                            scale, xscale, layer, n, tb * TB + t, p)
+                        mins[t, T.ramp(0, 1, 2)] = mins[t, T.ramp(0, 1, 2)] + offsets(
+                            minimum, xsum, layer, n, tb * TB + t, p)
+                for t in T.unroll(TB):
+                    y[(tb * TB + t) * rows + n] = mins[t, 0] + mins[t, 1] + lanes[t, 0] + lanes[t, 1] + \
+                        lanes[t, 2] + lanes[t, 3] + lanes[t, 4] + lanes[t, 5] + lanes[t, 6] + lanes[t, 7]
+
+    return gemm
+
+
 def int8_arguments(matrix: Q4Matrix, x: Int8Vector, device: tvm.runtime.Device | None = None) -> list:
     """``int8_gemv``'s arguments on ``device``: the int8 vector, the matrix, the output."""
     device = device or tvm.cpu()
@@ -344,6 +412,20 @@ def run_int8(lib: tvm.runtime.Module, matrix: Q4Matrix, x: np.ndarray) -> np.nda
     args = int8_arguments(matrix, quantize_activation(x))
     lib["main"](*args)
     return args[-1].numpy()
+
+
+def run_int8_tokens(lib: tvm.runtime.Module, matrix: Q4Matrix, xs: np.ndarray) -> np.ndarray:
+    """``W @ x`` for each row ``x`` of ``xs`` by a compiled ``int8_gemm`` (one matrix: ``layers`` left out or 1),
+    each quantized first: [tokens, rows]."""
+    qs = [quantize_activation(x) for x in np.asarray(xs, np.float32)]
+    rows, _ = matrix.shape
+    arrays = [np.concatenate([q.codes for q in qs]), np.concatenate([np.repeat(q.scale, SCALE_COPIES) for q in qs]),
+              np.concatenate([q.sums for q in qs])]
+    arrays += [matrix.codes[None], matrix.scale[None], matrix.minimum[None]]
+    args = [tvm.runtime.tensor(a) for a in arrays]
+    y = tvm.runtime.tensor(np.zeros(len(qs) * rows, np.float32))
+    lib["main"](*args, 0, y)
+    return y.numpy().reshape(len(qs), rows)
 
 
 def schedules(target: tvm.target.Target | None = None) -> dict:

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_requirements_pin_every_package_exactly():
-    text = "\n".join((REPO / name).read_text() for name in ("requirements.txt", "requirements-nodeps.txt"))
+    text = "\n".join((REPO / name).read_text() for name in ("requirements.txt", "requirements-nodeps.txt",
+                                                            "requirements-benchmark.txt"))
     lines = [l.split("#")[0].strip() for l in text.splitlines()]
     reqs = [l for l in lines if l]
     assert reqs, "requirements.txt is empty"

@@ -141,6 +141,40 @@ def test_attention_reads_its_heads_group_of_the_cache_up_to_the_position():
         decoder.attention_kernel(dataclasses.replace(s, width=s.heads * 12), context)
 
 
+def test_a_prompts_tokens_rotate_and_attend_as_each_would_alone():
+    """The kernels for several tokens at once against the one-token kernels called at each position in turn."""
+    import tvm
+
+    rng = np.random.default_rng(3)
+    s, context, pos, layer, tokens = SMALL, 16, 5, 1, 4
+    hd, rows = s.head_dim, (s.heads + 2 * s.kv_heads) * s.head_dim
+    cache = (s.layers, s.kv_heads, context, hd)
+    cos, sin = (tvm.runtime.tensor(a) for a in decoder.rope_tables(hd, 10000.0, context))
+    qkv = rng.normal(size=tokens * rows).astype(np.float32)
+
+    def compiled(kernel, n):
+        return tvm.compile(tvm.IRModule({"main": kernel(s, context, n).with_attr("global_symbol", "main")}))
+
+    def run(n, at, part):
+        """rope_and_cache then attention for the ``n`` tokens of ``part`` at position ``at``, on caches k, v."""
+        q = tvm.runtime.tensor(np.zeros(n * s.heads * hd, np.float32))
+        at = tvm.runtime.tensor(np.array([at], np.int32))
+        compiled(decoder.rope_and_cache_kernel, n)["main"](tvm.runtime.tensor(part), at, cos, sin, k, v, layer, q)
+        out = tvm.runtime.tensor(np.zeros(n * s.heads * hd, np.float32))
+        compiled(decoder.attention_kernel, n)["main"](q, at, k, v, layer, out,
+                                                      tvm.runtime.tensor(np.zeros((n * s.heads, context), np.float32)))
+        return out.numpy()
+
+    past = rng.normal(size=cache).astype(np.float32)
+    k, v = tvm.runtime.tensor(past), tvm.runtime.tensor(past * 0.5)
+    together = run(tokens, pos, qkv)
+    k_together, v_together = k.numpy(), v.numpy()
+    k, v = tvm.runtime.tensor(past), tvm.runtime.tensor(past * 0.5)
+    alone = np.concatenate([run(1, pos + n, qkv[n * rows:(n + 1) * rows]) for n in range(tokens)])
+    assert np.allclose(together, alone, atol=1e-6)   # token n sees positions 0..pos + n: its own, not the next
+    assert np.array_equal(k_together, k.numpy()) and np.array_equal(v_together, v.numpy())
+
+
 def test_the_norm_kernel_adds_normalizes_and_quantizes_as_numpy_does():
     import tvm
 
@@ -181,10 +215,30 @@ def test_tvms_step_gives_the_reference_models_next_token_on_a_real_prompt(refere
         assert int(got.argmax()) in np.argsort(-want)[:2], n
 
 
+def test_a_prompt_fed_sixteen_tokens_a_call_leaves_what_one_token_at_a_time_leaves(compiled_step):
+    ids = list(range(100, 160))
+    step = compiled_step
+    step.reset()
+    step.feed(ids[:10])
+    # from position 10: three calls of 16 tokens, then one at a time where 16 more would pass the cache's 64
+    _, logits = step.feed(ids[10:])
+    got, cache = logits.numpy(), step.k_cache.numpy()[:, :, :len(ids)].copy()
+    step.reset()
+    for token in ids[:-1]:
+        step.step(token, logits=False)
+    _, want = step.step(ids[-1])
+    assert np.array_equal(got, want.numpy())   # the same arithmetic in the same order
+    assert np.array_equal(cache, step.k_cache.numpy()[:, :, :len(ids)])
+    with pytest.raises(decoder.CourseError, match="1 to 16 tokens"):
+        step.prefill(ids[:17])
+
+
 def test_generation_starts_afresh_and_a_full_cache_is_refused(compiled_step):
     first, _ = compiled_step.generate([1, 504, 3458], 6)
     again, seconds = compiled_step.generate([1, 504, 3458], 6)
     assert first == again and len(first) == 6 and seconds > 0
+    with pytest.raises(decoder.CourseError, match="2 to 8, or a multiple of 8"):
+        decoder.Decoder(decoder.load_weights(), prefill_tokens=20)
     small = decoder.Decoder(decoder.load_weights(), context=4)
     with pytest.raises(decoder.CourseError, match="the prompt is empty"):
         small.feed([])
@@ -202,3 +256,9 @@ def test_a_verdict_between_engines_says_when_their_rounds_overlap():
         "1.08x, too close to call (the rounds' ranges overlap)"
     assert generation.verdict(row(130, 127, 134), row(120, 104, 126)) == "1.08x, faster in every round"
     assert generation.verdict(row(100, 95, 103), row(120, 104, 126), "whole") == "0.83x, slower in every round"
+    # the first token's time: the lower, the faster
+    first = {"first_token_ms": 50.0, "first_token_range_ms": [48.0, 53.0]}
+    assert generation.verdict(first, {"first_token_ms": 100.0, "first_token_range_ms": [90.0, 120.0]}, "first") == \
+        "2.00x, faster in every round"
+    assert generation.verdict(first, {"first_token_ms": 45.0, "first_token_range_ms": [40.0, 49.0]}, "first") == \
+        "0.90x, too close to call (the rounds' ranges overlap)"

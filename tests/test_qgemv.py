@@ -129,6 +129,20 @@ def test_the_int8_kernel_is_exact_on_the_quantized_vector(instruction, rows, col
     assert np.abs(got - exact).max() < 0.05 * np.abs(exact).max()
 
 
+@pytest.mark.parametrize("instruction", INSTRUCTIONS)
+def test_the_prompts_product_gives_each_token_what_the_step_gives_it(instruction):
+    rows, cols, tokens = 20, 192, 8
+    q = qgemv.quantize(_weights(rows, cols, seed=5))
+    xs = np.random.default_rng(6).normal(size=(tokens, cols)).astype(np.float32) * 2
+    got = qgemv.run_int8_tokens(qgemv.build(qgemv.int8_gemm(rows, cols, tokens, instruction)), q, xs)
+    step = qgemv.build(qgemv.int8_gemv(rows, cols, instruction))
+    want = np.stack([qgemv.run_int8(step, q, x) for x in xs])
+    assert np.array_equal(got, want)   # the same sums in the same order: bit for bit
+    assert len(set(map(tuple, got))) == tokens   # each token its own row of outputs
+    with pytest.raises(qgemv.QuantizedShapeError, match="steps of 8 tokens"):
+        qgemv.int8_gemm(rows, cols, 12)
+
+
 def test_the_int8_kernel_refuses_what_it_cannot_read():
     with pytest.raises(qgemv.QuantizedShapeError, match="steps of 2 rows"):
         qgemv.int8_gemv(9, 64, rows_together=2)

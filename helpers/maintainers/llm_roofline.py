@@ -12,11 +12,13 @@ against the read bandwidth measured in the same run and PyTorch generating with 
 * the same for a model of TinyLlama-1.1B's shapes (random weights, the course's quantizer, ``LAYERS_1B`` layers: far
   beyond the caches), where bandwidth dominates;
 * whole generations of 64 tokens, as a user waits for them, in rounds: PyTorch (float32 weights dequantized from the
-  file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed one token a step) and llama.cpp where
-  ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token, the prompt's time
-  (TVM's prompt tokens before the last skip the output layer: ``Decoder.feed``);
+  file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed 16 tokens a call, ``Decoder.feed``) and
+  llama.cpp where ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token,
+  the prompt's time;
 * TVM's step and llama.cpp on a whole model of TinyLlama-1.1B's shapes (``MODEL_1B``: random weights in the same
-  formats, written once to build/models/ by ``shaped_gguf``, 0.7 GB), 32 tokens after a prompt of 30, in rounds.
+  formats, written once to build/models/ by ``shaped_gguf``, 0.7 GB), 32 tokens after a prompt of 30, in rounds;
+* the prefill alone on both models: the time to the first token after ``PROMPT_TOKENS`` tokens of real text, TVM
+  and llama.cpp in rounds (llama.cpp made to forget the last prompt each round: ``generation.llama_cpp_engine``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ LAYERS_1B = 4
 # formats (Q4_1 matrices, the tied embedding in Q8_0), for tokens/s where reading the weights dominates.
 MODEL_1B = {"width": 2048, "layers": 22, "heads": 32, "kv_heads": 4, "mlp": 5632}
 QUESTION = "Explain what a compiler does."
+PROMPT_TOKENS = 128
 
 
 def shaped_gguf(out: Path, width: int, layers: int, heads: int, kv_heads: int, mlp: int, seed: int = 0) -> Path:
@@ -78,18 +81,31 @@ def shaped_gguf(out: Path, width: int, layers: int, heads: int, kv_heads: int, m
     return out
 
 
+def prompt_rows(step: decoder.Decoder, path: Path | None, repeats: int) -> dict:
+    """The prefill: TVM's ``step`` and llama.cpp on the same file, the time to the first token after
+    ``PROMPT_TOKENS`` tokens of real text (``generation.compare``'s rows, two tokens generated)."""
+    ids = generation.real_text(PROMPT_TOKENS, llm.tokenizer())
+    engines = {generation.TVM: generation.tvm_engine(step, ids, 2),
+               generation.LLAMA_CPP: generation.llama_cpp_engine(ids, 2, path)}
+    rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
+    return {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}
+
+
 def generation_rows_1b(new_tokens: int, repeats: int) -> dict:
-    """TVM's step and llama.cpp on ``MODEL_1B`` (kept in build/models/, made once), a prompt of 30 tokens."""
+    """TVM's step and llama.cpp on ``MODEL_1B`` (kept in build/models/, made once), a prompt of 30 tokens; and
+    their prefill (``prompt_rows``)."""
     path = llm.REPO / "build" / "models" / "tinyllama-shaped-q4_1.gguf"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         shaped_gguf(path.with_suffix(".part"), **MODEL_1B).rename(path)
     ids = list(range(100, 130))
-    engines = {generation.TVM: generation.tvm_engine(decoder.Decoder(decoder.load_weights(path)), ids, new_tokens),
+    step = decoder.Decoder(decoder.load_weights(path))
+    engines = {generation.TVM: generation.tvm_engine(step, ids, new_tokens),
                generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens, path)}
     rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
     return {"model": MODEL_1B, "bytes_per_token": llm.bytes_per_token(path),
-            "engines": {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}}
+            "engines": {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()},
+            "prompt": prompt_rows(step, path, repeats)}
 
 
 def products(matrices: list[qgemv.Q4Matrix], bandwidth_gbs: float, repeats: int) -> dict:
@@ -125,6 +141,7 @@ def measure(repeats: int = 9) -> dict:
         "smollm2_q4_products": products(real, bandwidth, repeats),
         "tinyllama_shapes_q4_products": {"layers": LAYERS_1B, **products(big, bandwidth, repeats)},
         "generation": generation_rows(64, 5),
+        "prompt": prompt_rows(decoder.Decoder(decoder.load_weights()), None, 5),
         "generation_1b": generation_rows_1b(32, 3),
     }
 
@@ -142,7 +159,7 @@ def summary(record: dict) -> str:
     share = {label.split(",")[0]: row["share_of_bandwidth"] for label, row in record["smollm2_q4_products"]["schedules"].items()}
     return "\n".join([f"One token's 210 4-bit products, as a share of the read bandwidth "
                       f"({record['read_bandwidth_gbs']:.1f} GB/s): " + ", ".join(f"{k} {v:.0%}" for k, v in share.items()) + ".",
-                      "", *engines_table(record)])
+                      "", *engines_table(record), *prompt_line(record.get("prompt"))])
 
 
 def engines_table(record: dict) -> list[str]:
@@ -181,7 +198,36 @@ def model_1b_table(record: dict) -> list[str]:
         first, last = row["decode_range"]
         out.append(f"| {name} | {row['decode_tokens_per_s']:.1f} ({first:.1f}-{last:.1f}) | {row['first_token_ms']:.0f} "
                    f"| {row['decode_tokens_per_s'] / ceiling:.0%} |")
-    return out + [""] + verdicts(part["engines"])
+    return out + [""] + verdicts(part["engines"]) + prompt_table(part.get("prompt"))
+
+
+def prompt_line(rows: dict | None) -> list[str]:
+    """``prompt_table`` in one sentence, for the results index."""
+    if not rows:
+        return []
+    ours = rows.get(generation.TVM)
+    times = "; ".join(f"{name} {row['first_token_ms']:.0f} ms ({row['first_token_range_ms'][0]:.0f}-"
+                      f"{row['first_token_range_ms'][1]:.0f})" for name, row in rows.items())
+    verdicts_ = "; ".join(f"TVM against {name} {generation.verdict(ours, row, 'first')}" for name, row in rows.items()
+                          if ours and name != generation.TVM)
+    return ["", f"The prompt ({next(iter(rows.values()))['prompt_tokens']} tokens of real text) to the first new "
+            f"token: {times}. {verdicts_}."]
+
+
+def prompt_table(rows: dict | None) -> list[str]:
+    """The prefill: each engine's time to the first token after the prompt, and TVM's verdict against the others."""
+    if not rows:
+        return []
+    out = ["", f"The prompt alone: {next(iter(rows.values()))['prompt_tokens']} tokens of real text, the time to the "
+           "first new token (median and range of the rounds).", "", "| engine | first token, ms | prompt tokens/s |",
+           "| --- | ---: | ---: |"]
+    for name, row in rows.items():
+        low, high = row["first_token_range_ms"]
+        out.append(f"| {name} | {row['first_token_ms']:.0f} ({low:.0f}-{high:.0f}) | "
+                   f"{row['prompt_tokens'] / row['first_token_ms'] * 1e3:.0f} |")
+    ours = rows.get(generation.TVM)
+    return out + [""] + [f"- TVM against {name}, the prompt: {generation.verdict(ours, row, 'first')}."
+                         for name, row in rows.items() if ours and name != generation.TVM]
 
 
 def table(record: dict) -> str:
@@ -196,7 +242,7 @@ def table(record: dict) -> str:
                        f"| {row['gb_per_s']:.1f} | {row['share_of_bandwidth']:.0%} |")
     out += ["", f"Read bandwidth {record['read_bandwidth_gbs']:.1f} GB/s; SmolLM2 reads {record['bytes_per_token'] / 1e6:.1f} MB "
             f"a token: a ceiling of {record['ceiling_tokens_per_s']:.0f} tokens/s.", ""] + engines_table(record) + \
-        [""] + verdicts(record["generation"])
+        [""] + verdicts(record["generation"]) + prompt_table(record.get("prompt"))
     if record.get("generation_1b"):
         out += [""] + model_1b_table(record)
     out += ["", "Each engine's ceiling is the read bandwidth over the bytes it reads a token: the float32 model's "
