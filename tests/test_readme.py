@@ -173,3 +173,29 @@ def test_the_answer_says_where_the_fused_build_stands_only_where_it_was_measured
     assert lines[1] == f"  - {readme.machine_name(machine)}: MobileNetV2 1.25x the fastest float32 engine (OpenVINO; the same " \
         "kernels unfused 1.14x), 2.00x tuned TVM; EfficientNet-B0 0.80x the fastest float32 engine (ONNX Runtime), " \
         "1.20x tuned TVM."
+
+
+def test_the_answer_gives_the_llm_against_llama_cpp_only_where_it_ran_beside_tvm(tmp_path):
+    from helpers import generation
+
+    tables = [json.loads((REPO / "results" / source).read_text()) for source in readme.ANSWER_FROM]
+    results = tmp_path / "results"
+    results.mkdir()
+    machine = tables[0]["machine"]
+    path = results / f"llm-{machine['cpu']}-{machine['cores']}cores.json"
+
+    def row(rate, low, high, first_ms):
+        return {"decode_tokens_per_s": rate, "decode_range": [low, high], "tokens_per_s": rate,
+                "tokens_per_s_range": [low, high], "first_token_ms": first_ms,
+                "first_token_range_ms": [first_ms * 0.98, first_ms * 1.02], "prompt_tokens": 128}
+
+    path.write_text(json.dumps({"generation": {generation.TVM: row(130, 128, 133, 300)}}))
+    assert readme.llm_lines(tables, results) == []   # no llama.cpp beside TVM: no claim
+    path.write_text(json.dumps({"generation": {generation.TVM: row(130, 128, 133, 300),
+                                               generation.LLAMA_CPP: row(100, 95, 104, 400)},
+                                "prompt": {generation.TVM: row(130, 128, 133, 300),
+                                           generation.LLAMA_CPP: row(100, 95, 104, 270)}}))
+    lines = readme.llm_lines(tables, results)
+    assert len(lines) == 2 and "llama.cpp" in lines[0]
+    assert lines[1] == f"  - {readme.machine_name(machine)}: SmolLM2-135M decoding 1.30x, faster in every round, the " \
+        "prompt of 128 tokens 0.90x, slower in every round."

@@ -75,6 +75,7 @@ def answer(results: Path = REPO / "results") -> str:
                      f"{min(e for _, e, *_ in lower):.0e} to {max(e for _, e, *_ in lower):.0e} away from float32's "
                      "(relative error).")
         lines += tvm_bf16_lines(tables, results)
+    lines += llm_lines(tables, results)
     return "\n".join(lines)
 
 
@@ -105,6 +106,38 @@ def tvm_bf16_lines(tables: list[dict], results: Path) -> list[str]:
     if not clauses:
         return []
     return ["- **TVM's own bf16 build** (every convolution but the depthwise ones in bf16):", *clauses]
+
+
+def llm_lines(tables: list[dict], results: Path) -> list[str]:
+    """Day 15's LLM against llama.cpp on the same file (``results/llm-*``, ``helpers.maintainers.llm_roofline``) on
+    the machines of ``tables``: decoding and the prompt, SmolLM2 and the 1.1B shapes, each with its verdict over
+    the rounds; none where it was not measured with llama.cpp beside it."""
+    from .. import generation  # (TVM and torch, as in answer)
+
+    def verdicts(rows: dict, prompt: dict | None) -> str:
+        if generation.LLAMA_CPP not in rows:
+            return ""
+        out = f"decoding {generation.verdict(rows[generation.TVM], rows[generation.LLAMA_CPP])}"
+        if prompt and generation.LLAMA_CPP in prompt:
+            out += (f", the prompt of {prompt[generation.TVM]['prompt_tokens']} tokens "
+                    f"{generation.verdict(prompt[generation.TVM], prompt[generation.LLAMA_CPP], 'first')}")
+        return out
+
+    clauses = []
+    for table in tables:
+        path = results / f"llm-{table['machine']['cpu']}-{table['machine']['cores']}cores.json"
+        record = json.loads(path.read_text()) if path.is_file() else {}
+        small = verdicts(record.get("generation", {}), record.get("prompt"))
+        if not small:
+            continue
+        large = record.get("generation_1b")
+        large = verdicts(large["engines"], large.get("prompt")) if large else ""
+        clauses.append(f"  - {machine_name(table['machine'])}: SmolLM2-135M {small}"
+                       + (f"; at TinyLlama-1.1B's shapes (random weights) {large}" if large else "") + ".")
+    if not clauses:
+        return []
+    return ["- **A real LLM** (Day 15: SmolLM2-135M in 4-bit groups, TVM's own kernels) against llama.cpp on the same "
+            "file (above 1 is faster):", *clauses]
 
 
 def _listed(names: list[str]) -> str:
