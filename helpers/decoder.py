@@ -181,19 +181,18 @@ def _quantize_groups(x, xq, xscale, xsum, groups, paired, prompt):
     for g in T.parallel(groups) if prompt else T.serial(groups):
         largest = T.decl_buffer((1,), "float32")
         total = T.decl_buffer((1,), "int32")
-        slot = _scale_slot(g, prompt)
         largest[0] = T.float32(0)
         total[0] = 0
         for j in range(GROUP):
             largest[0] = T.max(largest[0], T.abs(x[g * GROUP + j]))
-        xscale[slot] = T.Select(largest[0] > T.float32(0), largest[0] / T.float32(127), T.float32(1))
+        xscale[_scale_slot(g, prompt)] = T.Select(largest[0] > T.float32(0), largest[0] / T.float32(127), T.float32(1))
         for j in range(GROUP):
-            xq[_int8_slot(g * GROUP + j, paired)] = T.Cast("int8", T.round(x[g * GROUP + j] / xscale[slot]))
-            total[0] = total[0] + T.Cast("int32", T.round(x[g * GROUP + j] / xscale[slot]))
-        xsum[g] = T.Cast("float32", total[0]) * xscale[slot]
+            xq[_int8_slot(g * GROUP + j, paired)] = T.Cast("int8", T.round(x[g * GROUP + j] / xscale[_scale_slot(g, prompt)]))
+            total[0] = total[0] + T.Cast("int32", T.round(x[g * GROUP + j] / xscale[_scale_slot(g, prompt)]))
+        xsum[g] = T.Cast("float32", total[0]) * xscale[_scale_slot(g, prompt)]
         if prompt:
             for k in range(1, qgemv.SCALE_COPIES):
-                xscale[slot + k] = xscale[slot]
+                xscale[_scale_slot(g, prompt) + k] = xscale[_scale_slot(g, prompt)]
 
 
 def add_norm_quantize_kernel(width: int, layers: int, eps: float, paired: bool = True, tokens: int = 1):
@@ -284,26 +283,32 @@ def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT, tokens: 
                           f"{hd} values, not a multiple of 8 (Llama models have 64 or 128)")
     LANES = 16 if hd % 16 == 0 else 8
 
+    # Written out where used, never bound to a name inside the parallel loop: TVM 0.27 gives every such name a
+    # workspace allocation (heap memory) on each iteration, as its compiled code shows
+    def kv_of(query):
+        return query % H // per_kv   # the key-value head a query head reads (grouped-query attention)
+
+    def seen(pos, query):
+        return pos[0] + query // H + 1   # the positions a query sees: the token's own and those before it
+
     @T.prim_func
     def attention(q: T.Buffer((tokens * H * hd,), "float32"), pos: T.Buffer((1,), "int32"),
                   k_cache: T.Buffer((L, KV, context, hd), "float32"), v_cache: T.Buffer((L, KV, context, hd), "float32"),
                   layer: T.int32, out: T.Buffer((tokens * H * hd,), "float32"),
                   scores: T.Buffer((tokens * H, context), "float32")):
         T.func_attr({"tirx.noalias": True})
-        for query in T.parallel(tokens * H):   # each token's heads, spread over the cores
-            n, head = query // H, query % H
-            kv = head // per_kv
+        for query in T.parallel(tokens * H):   # each token's heads, spread over the cores; q[query * hd:] is its own
             top = T.decl_buffer((2,), "float32")
             lanes = T.decl_buffer((LANES,), "float32", scope="global")   # registers (see qgemv.int8_gemv)
-            row = query * hd   # this query's head in q and out
+            sums = T.decl_buffer((hd,), "float32", scope="global")
             top[0] = T.float32(-3.0e38)
-            for t in range(pos[0] + n + 1):
+            for t in range(seen(pos, query)):
                 # q . k in LANES partial sums, added up at the end: one long chain of dependent additions
                 # would wait for each one (the loop over the past is most of this kernel's time)
                 lanes[T.ramp(0, 1, LANES)] = T.broadcast(T.float32(0), LANES)
                 for i in range(hd // LANES):
                     lanes[T.ramp(0, 1, LANES)] = lanes[T.ramp(0, 1, LANES)] + q.vload(
-                        [row + i * LANES], f"float32x{LANES}") * k_cache.vload([layer, kv, t, i * LANES],
+                        [query * hd + i * LANES], f"float32x{LANES}") * k_cache.vload([layer, kv_of(query), t, i * LANES],
                                                                                f"float32x{LANES}")
                 scores[query, t] = T.float32(0)
                 for j in T.unroll(LANES):
@@ -311,14 +316,18 @@ def attention_kernel(shape: llm.LlamaShape, context: int = MAX_CONTEXT, tokens: 
                 scores[query, t] = scores[query, t] * T.float32(scale)
                 top[0] = T.max(top[0], scores[query, t])
             top[1] = T.float32(0)
-            for t in range(pos[0] + n + 1):
+            for t in range(seen(pos, query)):
                 scores[query, t] = T.exp(scores[query, t] - top[0])
                 top[1] = top[1] + scores[query, t]
-            for i in range(hd):
-                out[row + i] = T.float32(0)
-            for t in range(pos[0] + n + 1):
-                for i in range(hd):
-                    out[row + i] = out[row + i] + scores[query, t] / top[1] * v_cache[layer, kv, t, i]
+            # the values weighted, a head's sums in registers (hd floats: 256 bytes at 64), divided once at the end
+            for i in range(hd // LANES):
+                sums[T.ramp(i * LANES, 1, LANES)] = T.broadcast(T.float32(0), LANES)
+            for t in range(seen(pos, query)):
+                for i in range(hd // LANES):
+                    sums[T.ramp(i * LANES, 1, LANES)] = sums[T.ramp(i * LANES, 1, LANES)] + T.broadcast(
+                        scores[query, t], LANES) * v_cache.vload([layer, kv_of(query), t, i * LANES], f"float32x{LANES}")
+            for i in range(hd // LANES):
+                out[T.ramp(query * hd + i * LANES, 1, LANES)] = sums[T.ramp(i * LANES, 1, LANES)] / T.broadcast(top[1], LANES)
 
     return attention
 
