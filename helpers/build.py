@@ -6,7 +6,6 @@ Introduced on Day 0.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,11 @@ from . import machine
 from .machine import cpu_target, require_gpu
 from .models import ImportedModel
 
-# TVM's pool defaults to half the logical CPUs on x86 (it assumes two hardware threads per core):
-# one thread on a 2-core machine without SMT. A comparison must give every engine the same threads,
-# so TVM's pool and PyTorch's intra-op pool both get ``machine.thread_count()`` (one per physical
-# core, or TVM_NUM_THREADS where the learner set it; Day 4 shows what threads do), and the peers
-# follow PyTorch's (helpers/peers.py). It is set here, where models are built and run (every helper
-# that runs TVM code imports this module), before TVM's first parallel call; helpers that never run a
+# A comparison must give every engine the same threads, so TVM's pool (set by importing ``machine``) and
+# PyTorch's intra-op pool both get ``machine.thread_count()`` (one per physical core, or TVM_NUM_THREADS
+# where the learner set it; Day 4 shows what threads do), and the peers follow PyTorch's
+# (helpers/peers.py). PyTorch's is set here, where models are built and run; helpers that never run a
 # kernel (grading) do not pay for importing torch.
-os.environ.setdefault(machine.THREADS_ENV, str(machine.thread_count()))
 torch.set_num_threads(machine.thread_count())
 
 

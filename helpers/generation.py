@@ -127,14 +127,23 @@ def prompt_times(step: decoder.Decoder, ids: list[int], repeats: int) -> dict[st
     return {name: sorted(t) for name, t in times.items()}
 
 
+# A pause before each run, so that the last engine's idle threads have stopped spinning: TVM's pool keeps a core
+# busy for about 0.19 s after its last parallel kernel (measured on a Zen 4), and an engine started sooner runs
+# on one core less for its first tokens.
+SETTLE_S = 0.3
+
+
 def compare(engines: dict[str, Callable[[], Run]], repeats: int) -> dict[str, dict]:
     """Each engine ``repeats`` times, in rounds after one warm-up each: per engine the tokens per second over the
-    whole answer and after the first token (median and range), and the first token's milliseconds."""
+    whole answer and after the first token (median and range), and the first token's milliseconds. Each run
+    starts ``SETTLE_S`` after the one before: thread pools wait for work by spinning for a while, and an engine
+    started at once shares the cores with them."""
     for run in engines.values():
         run()
     runs: dict[str, list[Run]] = {name: [] for name in engines}
     for _ in range(repeats):
         for name, run in engines.items():
+            time.sleep(SETTLE_S)
             runs[name].append(run())
     out = {}
     for name, done in runs.items():

@@ -149,13 +149,15 @@ def test_tvm_and_pytorch_run_on_one_thread_count(tvm_threads):
     env = {k: v for k, v in os.environ.items() if k not in ("TVM_NUM_THREADS", "OMP_NUM_THREADS")}
     if tvm_threads:
         env["TVM_NUM_THREADS"] = tvm_threads
-    probe = ("import torch\nfrom helpers import build, kernels, machine\n"
-             "print(kernels.threads(), torch.get_num_threads(), machine.thread_count(), machine.physical_core_count())")
+    # the LLM's kernels never import helpers.build: TVM's pool is set where every helper imports from (machine)
+    probe = ("import tvm\nfrom helpers import qgemv\nfirst = tvm.get_global_func('runtime.NumThreads')()\n"
+             "import torch\nfrom helpers import build, kernels, machine\n"
+             "print(first, kernels.threads(), torch.get_num_threads(), machine.thread_count(), machine.physical_core_count())")
     out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=Path(__file__).parents[1],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    tvm_pool, torch_pool, count, cores = map(int, out.stdout.split()[-4:])
-    assert tvm_pool == torch_pool == count == (int(tvm_threads) if tvm_threads else cores)
+    first, tvm_pool, torch_pool, count, cores = map(int, out.stdout.split()[-5:])
+    assert first == tvm_pool == torch_pool == count == (int(tvm_threads) if tvm_threads else cores)
 
 
 def test_physical_cores_of_this_process():
