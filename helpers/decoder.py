@@ -172,7 +172,6 @@ def _scale_count(groups: int, tokens: int) -> int:
     return tokens * groups * (qgemv.SCALE_COPIES if tokens > 1 else 1)
 
 
-
 @T.macro
 def _quantize_groups(x, xq, xscale, xsum, groups, paired, prompt):
     """x in int8 groups of 32: scale = the group's largest magnitude / 127, codes rounded, each group's sum. For a

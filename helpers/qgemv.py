@@ -342,7 +342,8 @@ def int8_gemm(rows: int, cols: int, tokens: int, instruction: str | None = None,
     unpacked codes in registers across the unrolled tokens): a decoding step is limited by memory, a prompt by
     this arithmetic. Measured on a Zen 4 (2 cores), 16 tokens a call through SmolLM2's 30 gate-and-up matrices
     (stacked, from memory): 4 tokens together 55 billion multiply-adds a second, 8 95, 16 86 (16 tokens' sums
-    no longer fit the registers beside the unpacked codes)."""
+    no longer fit the registers beside the unpacked codes). The matrices come stacked over ``layers`` layers
+    ([layers, rows, ...], one where left out), and an integer argument after them picks one."""
     _check_groups(cols, 2 * GGUF_GROUP)
     TB = min(tokens, tokens_together)
     if tokens % TB:
