@@ -107,6 +107,8 @@ def test_prepacked_dispatch_fuses_each_epilogue_and_packs_once_per_load(blocks):
     # channels-last from one oneDNN call to the next: the only layout changes left are at the edges of each
     # chain of packed calls (into c1 from the input; out to the depthwise conv in TVM and back; out of c5)
     assert (script.count(dispatch.TO_NHWC), script.count(dispatch.TO_NCHW)) == (2, 2)
+    import gc
+    gc.collect()   # builds other tests left unreferenced go now, not during the count below
     before = dispatch.packed_weights_alive()
     compiled = dispatch.compile_dispatched(imported, prepack=True)
     assert dispatch.packed_weights_alive() == before + 5, "one packed weight per dispatched convolution, made at load"
@@ -115,7 +117,6 @@ def test_prepacked_dispatch_fuses_each_epilogue_and_packs_once_per_load(blocks):
     assert dispatch.packed_weights_alive() == before + 5, "calls reuse the packed weights: none packed per call"
     main = compiled.executable  # the packing is lifted out of main: main only calls the convolutions
     del compiled, main
-    import gc
     gc.collect()
     assert dispatch.packed_weights_alive() == before, "the packed weights go with the build that holds their handles"
 
