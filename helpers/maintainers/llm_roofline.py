@@ -113,12 +113,13 @@ def products(matrices: list[qgemv.Q4Matrix], bandwidth_gbs: float, repeats: int)
     return qgemv.time_products(matrices, qgemv.schedules(), bandwidth_gbs, repeats)
 
 
-def generation_rows(new_tokens: int, repeats: int) -> dict:
-    """Each engine answers ``QUESTION`` greedily (``generation.compare``): PyTorch, TVM, llama.cpp if installed."""
+def generation_rows(step: decoder.Decoder, new_tokens: int, repeats: int) -> dict:
+    """Each engine answers ``QUESTION`` greedily (``generation.compare``): PyTorch, TVM's ``step``, llama.cpp if
+    installed."""
     tok = llm.tokenizer()
     ids = llm.chat_ids(tok, QUESTION)[0].tolist()
     engines = {generation.PYTORCH: generation.pytorch_engine(llm.reference_model(), ids, new_tokens),
-               generation.TVM: generation.tvm_engine(decoder.Decoder(decoder.load_weights()), ids, new_tokens),
+               generation.TVM: generation.tvm_engine(step, ids, new_tokens),
                generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens)}
     rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
     return {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}
@@ -133,6 +134,7 @@ def measure(repeats: int = 9) -> dict:
     rng = np.random.default_rng(0)
     big = [qgemv.quantize(rng.normal(size=s).astype(np.float32)) for _ in range(LAYERS_1B) for s in SHAPES_1B.values()]
     per_token = llm.bytes_per_token()
+    step = decoder.Decoder(decoder.load_weights())   # SmolLM2's, for its whole answers and its prompt
     return {
         "machine": {"cpu": machine.cpu_name(), "cores": threads}, "threads": threads,
         "read_bandwidth_gbs": bandwidth, "bytes_per_token": per_token,
@@ -140,8 +142,8 @@ def measure(repeats: int = 9) -> dict:
         "ceiling_tokens_per_s": llm.ceiling_tokens_per_s(per_token, bandwidth),
         "smollm2_q4_products": products(real, bandwidth, repeats),
         "tinyllama_shapes_q4_products": {"layers": LAYERS_1B, **products(big, bandwidth, repeats)},
-        "generation": generation_rows(64, 5),
-        "prompt": prompt_rows(decoder.Decoder(decoder.load_weights()), None, 5),
+        "generation": generation_rows(step, 64, 5),
+        "prompt": prompt_rows(step, None, 5),
         "generation_1b": generation_rows_1b(32, 3),
     }
 
