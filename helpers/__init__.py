@@ -40,6 +40,8 @@ notebooks and checks this table), and what each owns:
     gpu              9                             CUDA builds, GPU timing with sync, the recorded GPU measurements
     dynamo           10                            TVM as a ``torch.compile`` backend
     layer_compare    11                            tuned TVM's convolutions against a peer's, layer by layer
+    digits           12                            real labelled images (scikit-learn's handwritten digits) and a MobileNetV2-shaped network trained on them, its weights shipped
+    accuracy         12                            top-1 accuracy on labelled data with its 95 % interval, answers that differ from a reference
     int8             12                            int8 dot products on VNNI and AVX2, with tensor intrinsics that work here
     quantize         12                            post-training int8 quantization of pointwise convolutions
     bf16             12                            bfloat16 dot products on AVX-512 BF16 (``vdpbf16ps``), with a tensor intrinsic that works here

@@ -14,7 +14,6 @@ Introduced on Day 15.
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 from . import decoder, llm, machine
+from .accuracy import wilson
 from .config import REPO
 
 PYTORCH = "PyTorch eager, float32 weights"
@@ -184,16 +184,6 @@ def recorded(engine: str = LLAMA_CPP) -> list[tuple[str, dict]]:
         if engine in record.get("generation", {}):
             found.append((f"{record['machine']['cpu']}, {record['machine']['cores']} cores", record["generation"][engine]))
     return found
-
-
-def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson interval of a proportion: where the true agreement lies, given ``trials`` tokens."""
-    if trials <= 0:
-        raise ValueError("an interval needs at least one trial")
-    p = successes / trials
-    centre = (p + z * z / (2 * trials)) / (1 + z * z / trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def real_text(tokens: int, tok) -> list[int]:
