@@ -300,17 +300,38 @@ def plot_layer_errors(errors: dict[str, dict[str, float]], title: str = "Quantiz
     return fig
 
 
-def plot_tradeoff(rows: Sequence[dict], title: str = "Speed against agreement with float32"):
-    """Each backend a point: speedup over the baseline (x) against top-1 agreement with float32 (y)."""
+def plot_tradeoff(rows: Sequence[dict], title: str = "Speed against accuracy",
+                  accuracy_label: str = "top-1 accuracy (%)"):
+    """Each backend a point: speedup over the baseline (x) against its top-1 accuracy (y), with the accuracy's
+    95 % interval as a bar where the rows carry one (``top1_low``, ``top1_high``)."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for row in rows:
-        ax.scatter(row["speedup"], 100 * row["top1"], s=60)
-        ax.annotate(row["backend"], (row["speedup"], 100 * row["top1"]), textcoords="offset points", xytext=(6, 4))
+        y = 100 * row["top1"]
+        if "top1_low" in row:
+            ax.errorbar(row["speedup"], y, yerr=[[y - 100 * row["top1_low"]], [100 * row["top1_high"] - y]],
+                        fmt="o", markersize=7, capsize=3)
+        else:
+            ax.scatter(row["speedup"], y, s=60)
+        ax.annotate(row["backend"], (row["speedup"], y), textcoords="offset points", xytext=(6, 4))
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xlabel("speedup over the baseline (x)")
-    ax.set_ylabel("top-1 agreement with float32 (%)")
+    ax.set_ylabel(accuracy_label)
     ax.set_xlim(left=0)
-    ax.set_title(title)
+    ax.set_title(textwrap.fill(title, 80))
+    fig.tight_layout()
+    return fig
+
+
+def plot_accuracy(table, title: str = "Top-1 accuracy on the test set"):
+    """Each build's accuracy (``accuracy.table``'s rows) as a point with its 95 % interval, on one axis."""
+    fig, ax = plt.subplots(figsize=(7, 0.5 * len(table) + 1.5))
+    names = list(table["build"])
+    ax.errorbar(100 * table["accuracy"], range(len(names)), fmt="o", capsize=4,
+                xerr=[100 * (table["accuracy"] - table["low"]), 100 * (table["high"] - table["accuracy"])])
+    ax.set_yticks(range(len(names)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"top-1 accuracy (%), with its 95 % interval ({int(table['images'].iloc[0])} images)")
+    ax.set_title(textwrap.fill(title, 80))
     fig.tight_layout()
     return fig
 

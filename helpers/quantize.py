@@ -40,7 +40,7 @@ from tvm import relax, s_tir, te
 from tvm.s_tir import meta_schedule as ms
 
 from . import int8, models, peers
-from .build import relative_error
+from .build import compile_model, relative_error
 from .errors import CourseError
 from .machine import cpu_target, float32_lanes
 from .nchwc import depthwise_nhwc_space, is_depthwise_nhwc
@@ -562,19 +562,36 @@ def database_model(target: tvm.target.Target) -> str:
     return {"vnni": f"{MODEL}_int8", "avx2": f"{MODEL}_int8_avx2"}.get(int8.int8_instruction(target), f"{MODEL}_int8_generic")
 
 
-def quantized_model(example: torch.Tensor | None = None, target: tvm.target.Target | None = None
+def quantized_model(example: torch.Tensor | None = None, target: tvm.target.Target | None = None,
+                    model: torch.nn.Module | None = None, calibration: list[torch.Tensor] | None = None
                     ) -> tuple[torch.nn.Module, ImportedModel, dict[str, Range]]:
-    """The course's int8 MobileNetV2, end to end, for ``target`` (default: this CPU): (float model, int8 Relax
-    module, the pointwise convolutions' calibrated ranges); its depthwise inputs in uint8 where ``uint8_depthwise``."""
-    model, _ = float_model()
+    """A float model's int8 build, end to end, for ``target`` (default: this CPU): (float model, int8 Relax
+    module, the pointwise convolutions' calibrated ranges); its depthwise inputs in uint8 where
+    ``uint8_depthwise``. By default the course's MobileNetV2 (``float_model``) calibrated on
+    ``calibration_inputs()``; any MobileNetV2-shaped ``model`` with its own ``calibration`` batches works."""
+    model = float_model()[0] if model is None else model.eval()
+    calibration = calibration_inputs() if calibration is None else calibration
     folded = fold_batch_norms(model)
-    ranges = calibrate(folded, calibration_inputs())
+    ranges = calibrate(folded, calibration)
     example = models.example_input() if example is None else example
     target = target or cpu_target()
     quantized = quantize_pointwise_convs(models.import_to_relax(folded, example), ranges, target=target)
     if uint8_depthwise(target):
-        quantized = quantize_depthwise_inputs(quantized, calibrate(folded, calibration_inputs(), which=is_depthwise))
+        quantized = quantize_depthwise_inputs(quantized, calibrate(folded, calibration, which=is_depthwise))
     return model, quantized, ranges
+
+
+def int8_builds(model: torch.nn.Module, calibration: list[torch.Tensor], example: torch.Tensor,
+                target: tvm.target.Target | None = None) -> tuple[dict[str, Callable], dict[str, str]]:
+    """``model`` in float32 and in every engine's int8, each made as this module makes it, all taking inputs of
+    ``example``'s shape: ({label: run(x) -> logits}, {label: why it is missing}). TVM's build is not tuned:
+    a schedule changes the order of the integer sums, never their value, so its answers are a tuned build's."""
+    target = target or cpu_target()
+    _, quantized, _ = quantized_model(example, target, model=model, calibration=calibration)
+    onnx_engines, missing = onnx_int8_engines(onnx_int8(model, calibration, example=example))
+    builds = {"PyTorch fp32": model.eval(), "PyTorch int8": torch_int8(model, calibration, example=example),
+              **onnx_engines, "TVM int8": compile_model(quantized, target)}
+    return builds, missing
 
 
 # ------------------------------------------------------------------ measuring the error
@@ -636,13 +653,24 @@ def agreement(model: torch.nn.Module, outputs: dict, images: Iterable[torch.Tens
     return result
 
 
-def tradeoff_rows(timings, agreement: dict[str, float], baseline: str) -> list[dict]:
-    """One row per timing: backend, median and quartiles (ms), speedup over ``baseline``, top-1 agreement."""
+def tradeoff_rows(timings, accuracy: dict[str, float] | None, baseline: str,
+                  intervals: dict[str, tuple[float, float]] | None = None) -> list[dict]:
+    """One row per timing: backend, median and quartiles (ms), speedup over ``baseline``, top-1 accuracy
+    (``top1``, unless ``accuracy`` is None: random weights have none), and its 95 % interval (``top1_low``,
+    ``top1_high``) where ``intervals`` gives one."""
     base = {t.label: t.median_ms for t in timings}
     if baseline not in base:
         raise CourseError(f"No timing labelled {baseline!r}; the labels are {sorted(base)}.")
-    missing = sorted(set(base) - set(agreement))
+    missing = sorted(set(base) - set(accuracy)) if accuracy is not None else []
     if missing:
-        raise CourseError(f"No top-1 agreement for {missing}: give one for every backend timed.")
-    return [dict(backend=t.label, median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms,
-                 speedup=base[baseline] / t.median_ms, top1=agreement[t.label]) for t in timings]
+        raise CourseError(f"No top-1 accuracy for {missing}: give one for every backend timed.")
+    rows = []
+    for t in timings:
+        row = dict(backend=t.label, median_ms=t.median_ms, q1_ms=t.q1_ms, q3_ms=t.q3_ms,
+                   speedup=base[baseline] / t.median_ms)
+        if accuracy is not None:
+            row["top1"] = accuracy[t.label]
+        if intervals and t.label in intervals:
+            row["top1_low"], row["top1_high"] = intervals[t.label]
+        rows.append(row)
+    return rows
