@@ -19,7 +19,8 @@ import torch
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from helpers import amx, build, databases, dispatch, machine, models, paged_cache, peers, quantize, results, transformer, tuning
+from helpers import (accuracy, amx, build, databases, digits, dispatch, machine, models, paged_cache, peers, quantize,
+                     results, transformer, tuning)
 from helpers.maintainers import (benchmark, capstone, gemv, int8_table, shipping, stages, table, transfer_study, transformer_large,
                                  transformer_table)
 
@@ -184,22 +185,32 @@ def test_the_transfer_study_times_every_arm_and_keeps_the_record(course, tuned, 
     assert _kept("transfer-mobilenet_v2")["rows"] == record["rows"]
 
 
-def test_the_int8_comparison_times_both_precisions_and_keeps_their_agreement(course, monkeypatch, capsys):
+def test_the_int8_comparison_times_both_precisions_and_keeps_their_errors_and_accuracy(course, monkeypatch, capsys):
     model, quantized = _int8_model()
     monkeypatch.setattr(quantize, "quantized_model", lambda target=None: (model, quantized, {}))
     monkeypatch.setattr(quantize, "torch_int8", lambda float_model, _inputs: torch.inference_mode()(float_model))  # no PT2E
     monkeypatch.setattr(models, "example_input", lambda batch=1, seed=0: torch.randn(
         1, 3, 12, 12, generator=torch.Generator().manual_seed(seed)))
     monkeypatch.setattr(databases, "choose", lambda *args, **kwargs: Untuned())
+    labels = digits.test_set(20)[1].numpy()  # the digits' builds are tested by Day 12 itself: one wrong answer each here
+    wrong = labels.copy()
+    wrong[0] = (wrong[0] + 1) % 10
+    builds = ["PyTorch fp32", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8", "TVM int8"]
+    monkeypatch.setattr(int8_table, "digits_accuracy", lambda target: accuracy.table(
+        {b: labels if b == "PyTorch fp32" else wrong for b in builds}, labels, "PyTorch fp32").to_dict("records"))
     assert benchmark.main(["int8", "--repeats", "2"]) == 0
     kept = _kept("int8")
     without_tiles = [int8_table.TVM_INT8_NO_TILES] if amx.has_amx(TARGET, amx.INT8) else []  # what AMX buys, in one run
     assert [r["backend"] for r in kept["rows"]] == ["PyTorch fp32", "PyTorch int8", "ONNX Runtime int8", "OpenVINO int8",
                                                     "TVM fp32 tuned", "TVM int8 tuned", *without_tiles]
     assert kept["tiles"] == bool(without_tiles)
-    assert kept["accuracy"]["TVM int8 tuned"]["top1"] >= 0.5 and kept["held_out_images"] == int8_table.INT8_IMAGES
-    assert kept["accuracy"]["ONNX Runtime int8"]["top1"] >= 0.5 and kept["missing"] == {}
-    assert "| TVM int8 tuned |" in capsys.readouterr().out
+    assert kept["errors"]["TVM int8 tuned"] < 1 and kept["held_out_images"] == int8_table.INT8_IMAGES
+    assert set(kept["errors"]) == {"PyTorch int8", "ONNX Runtime int8", "OpenVINO int8", "TVM int8 tuned", *without_tiles}
+    top1 = {r["backend"]: r["top1"] for r in kept["rows"]}
+    assert top1["TVM fp32 tuned"] == 1.0 and top1["TVM int8 tuned"] == top1["PyTorch int8"] == 19 / 20
+    assert all(r["top1_low"] < r["top1"] <= r["top1_high"] for r in kept["rows"]) and kept["missing"] == {}
+    out = capsys.readouterr().out
+    assert "| TVM int8 tuned |" in out and "95.0 % (" in out and "TVM int8: 1" in out
 
 
 def test_the_transformer_comparison_times_each_bucket_and_the_decoding_step(course, monkeypatch):
