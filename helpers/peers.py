@@ -26,7 +26,7 @@ from .build import relative_error
 from .cache import kept_for_tests
 from .config import pick
 from .errors import ParityError
-from .timing import Timing, torch_runner, unreliable
+from .timing import Timing, torch_runner, versus
 
 EAGER, COMPILED, FROZEN, ORT = "PyTorch eager", "torch.compile", "torch.compile (freezing)", "ONNX Runtime"
 OPENVINO = "OpenVINO"  # at float32 (INFERENCE_PRECISION_HINT f32), like every engine here
@@ -347,11 +347,7 @@ def verdict(timings: Sequence[Timing], candidate: str = "TVM tuned") -> str:
     for kind, peer in (("the fastest PyTorch", best.pytorch), ("the fastest engine", best.engine)):
         if peer is None:
             continue
-        ratio = by_label[peer].median_ms / by_label[candidate].median_ms
-        word = "faster" if ratio >= 1 else "slower"
-        noisy = [t for t in (by_label[peer], by_label[candidate]) if unreliable(t)]
-        warning = f" (unreliable: {', '.join(t.label for t in noisy)} spread too wide)" if noisy else ""
-        lines.append(f"{candidate} is {max(ratio, 1 / ratio):.2f}x {word} than {kind} measured here, {peer}{warning}")
+        lines.append(versus(timings, candidate, peer, called=f"{kind} measured here, {peer}"))
     missing = [label for label in ENGINES if label not in by_label]
     if missing:
         lines.append(f"(not measured in this run: {', '.join(missing)})")

@@ -115,6 +115,27 @@ def unreliable(t: Timing | Mapping[str, float]) -> bool:
     return not iqr <= UNRELIABLE_SPREAD * median  # also catches NaN
 
 
+def versus(timings: Sequence[Timing], candidate: str, baseline: str, called: str | None = None) -> str:
+    """``candidate`` against ``baseline`` (two labels of ``timings``, one run) in one sentence: the ratio of the
+    medians, and whether it is a lead or the spread: only interquartile ranges that do not overlap show one
+    faster (Day 4); a noisy timing (``unreliable``) is named. ``called``: how the sentence names the baseline."""
+    by_label = {t.label: t for t in timings}
+    for label in (candidate, baseline):
+        if label not in by_label:
+            raise ValueError(f"No timing labelled {label!r}; labels are {sorted(by_label)}.")
+    ours, theirs = by_label[candidate], by_label[baseline]
+    ratio, name = theirs.median_ms / ours.median_ms, called or baseline
+    if ours.q3_ms < theirs.q1_ms:
+        text = f"{candidate} is {ratio:.2f}x faster than {name} (their interquartile ranges apart)"
+    elif ours.q1_ms > theirs.q3_ms:
+        text = f"{candidate} is {1 / ratio:.2f}x slower than {name} (their interquartile ranges apart)"
+    else:
+        text = (f"{candidate} runs at {ratio:.2f}x the speed of {name}, inside the spread: their interquartile "
+                "ranges overlap, so neither is shown faster")
+    noisy = [t.label for t in (theirs, ours) if unreliable(t)]
+    return text + (f" (unreliable: {', '.join(noisy)} spread too wide)" if noisy else "")
+
+
 SETTLE_LIMIT_S = 0.5
 # How engines with spinning thread pools are compared (see the module's docstring): the seconds of
 # untimed calls before each block, and the timed calls in a block.

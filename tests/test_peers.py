@@ -154,9 +154,14 @@ def test_unknown_peers_and_an_imitated_cpu_are_said(conv_bn_relu):
 def test_verdict_names_the_fastest_peers_says_slower_and_warns_about_noise():
     text = peers.verdict(_timings(eager=12.0, compiled=10.0, ort=4.0, tvm=5.0))
     lines = text.splitlines()
-    assert lines[0] == f"TVM tuned is 2.00x faster than the fastest PyTorch measured here, {peers.COMPILED}"
-    assert lines[1] == f"TVM tuned is 1.25x slower than the fastest engine measured here, {peers.ORT}"
+    assert lines[0] == (f"TVM tuned is 2.00x faster than the fastest PyTorch measured here, {peers.COMPILED} "
+                        "(their interquartile ranges apart)")
+    assert lines[1] == (f"TVM tuned is 1.25x slower than the fastest engine measured here, {peers.ORT} "
+                        "(their interquartile ranges apart)")
     assert lines[2] == f"(not measured in this run: {peers.FROZEN}, {peers.OPENVINO})"
+    close = peers.verdict(_timings(eager=12.0, ort=5.1, tvm=5.0)).splitlines()[1]
+    assert close.startswith(f"TVM tuned runs at 1.02x the speed of the fastest engine measured here, {peers.ORT}, "
+                            "inside the spread"), close
     noisy = _timings(eager=12.0, tvm=5.0) + [Timing(peers.ORT, 1, [1.0, 4.0, 9.0, 20.0])]
     assert "(unreliable: ONNX Runtime spread too wide)" in peers.verdict(noisy)
     with pytest.raises(ValueError, match="No timing labelled 'TVM tuned'"):

@@ -158,3 +158,19 @@ def test_measure_engines_uses_the_engine_settings(monkeypatch):
     monkeypatch.setattr(timing, "measure", lambda backends, **options: seen.update(options) or [])
     timing.measure_engines({"a": lambda: None}, repeats=3)
     assert seen == {"settle_s": timing.PEER_SETTLE_S, "block": timing.PEER_BLOCK, "repeats": 3}
+
+
+def test_versus_calls_a_lead_only_where_the_interquartile_ranges_are_apart():
+    def t(label, *times):
+        return timing.Timing(label, 1, list(times))
+
+    runs = [t("fast", 1.0, 1.1, 1.2, 1.3), t("slow", 2.0, 2.1, 2.2, 2.3), t("close", 1.1, 1.2, 1.3, 1.4),
+            t("noisy", 1.0, 2.0, 4.0, 8.0)]
+    assert timing.versus(runs, "fast", "slow") == "fast is 1.87x faster than slow (their interquartile ranges apart)"
+    assert timing.versus(runs, "slow", "fast", called="the engine") == (
+        "slow is 1.87x slower than the engine (their interquartile ranges apart)")
+    close = timing.versus(runs, "fast", "close")
+    assert close.startswith("fast runs at 1.09x the speed of close, inside the spread") and "neither is shown faster" in close
+    assert timing.versus(runs, "fast", "noisy").endswith("(unreliable: noisy spread too wide)")
+    with pytest.raises(ValueError, match="No timing labelled 'gone'"):
+        timing.versus(runs, "gone", "fast")
