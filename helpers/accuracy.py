@@ -17,7 +17,8 @@ import pandas as pd
 
 
 def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
-    """The 95 % Wilson interval of a proportion ``successes / trials``: where the true share lies."""
+    """The 95 % Wilson interval of a proportion ``successes / trials``: the range that holds the true share with
+    95 % confidence (unlike the normal approximation, it stays inside 0..1 near the ends)."""
     if trials <= 0:
         raise ValueError("an interval needs at least one trial")
     if not 0 <= successes <= trials:
