@@ -239,6 +239,23 @@ def prefetch(buffer, *index):
     return T.evaluate(T.call_llvm_intrin("void", "llvm.prefetch.p0", T.address_of(buffer[index]), 0, 3, 1))
 
 
+def pair_products(codes, at: list, xq, x_at, instruction: str):
+    """The 8 int32 sums of a pair of groups (lanes 0-3 the first group's, 4-7 the second's): the 32 bytes of
+    codes at ``at`` unpacked to their low and high nibbles, each multiplied with 32 int8 activations from
+    ``x_at`` by ``byte_dot``. Shared by ``int8_gemv`` and ``int8_gemm``, which index differently."""
+    both = codes.vload(at, "uint8x32")
+    low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
+    high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
+    first = byte_dot(T.broadcast(T.int32(0), 8), low, xq.vload([x_at], "int8x32"), instruction)
+    return byte_dot(first, high, xq.vload([x_at + 32], "int8x32"), instruction)
+
+
+def pair_offsets(minimum, at: list, xsum, x_at):
+    """A pair of groups' two minimum terms: the weight's minimums at ``at`` times the sums of the activation's
+    groups at ``x_at``."""
+    return T.Cast("float32x2", minimum.vload(at, "float16x2")) * xsum.vload([x_at], "float32x2")
+
+
 def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_together: int = 1,
               layers: int | None = None, prefetch_next: bool = True) -> tvm.tirx.PrimFunc:
     """``y = W @ x`` with 4-bit ``W`` (groups of 32) and ``x`` in int8 (``quantize_activation``): the codes are
@@ -263,12 +280,7 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
     groups, pairs, R = cols // GGUF_GROUP, cols // (2 * GGUF_GROUP), rows_together
 
     def products(codes, xq, n, p):
-        """The 8 int32 sums of a pair of groups: lanes 0-3 the first group's, 4-7 the second's."""
-        both = codes.vload([n, p * 32], "uint8x32")
-        low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
-        high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
-        first = byte_dot(T.broadcast(T.int32(0), 8), low, xq.vload([p * 64], "int8x32"), instruction)
-        return byte_dot(first, high, xq.vload([p * 64 + 32], "int8x32"), instruction)
+        return pair_products(codes, [n, p * 32], xq, p * 64, instruction)
 
     def scales(scale, xscale, n, p):
         """The pair's two scales (the weight's times the activation's, both pairs loaded as one vector), each
@@ -277,8 +289,7 @@ def int8_gemv(rows: int, cols: int, instruction: str | None = None, rows_togethe
         return T.Shuffle([both, both, both, both], [0, 0, 0, 0, 1, 1, 1, 1])
 
     def offsets(minimum, xsum, n, p):
-        """The pair's two minimum terms (the weight's minimum times the sum of the activation's group)."""
-        return T.Cast("float32x2", minimum.vload([n, 2 * p], "float16x2")) * xsum.vload([2 * p], "float32x2")
+        return pair_offsets(minimum, [n, 2 * p], xsum, 2 * p)
 
     @T.macro
     def body(xq, xscale, xsum, codes, scale, minimum, y):
@@ -354,11 +365,7 @@ def int8_gemm(rows: int, cols: int, tokens: int, instruction: str | None = None,
     groups, pairs, L = cols // GGUF_GROUP, cols // (2 * GGUF_GROUP), layers or 1
 
     def products(codes, xq, layer, n, t, p):
-        both = codes.vload([layer, n, p * 32], "uint8x32")
-        low = T.bitwise_and(both, T.broadcast(T.uint8(CODE_MAX), 32))
-        high = T.shift_right(both, T.broadcast(T.uint8(4), 32))
-        first = byte_dot(T.broadcast(T.int32(0), 8), low, xq.vload([t * cols + p * 64], "int8x32"), instruction)
-        return byte_dot(first, high, xq.vload([t * cols + p * 64 + 32], "int8x32"), instruction)
+        return pair_products(codes, [layer, n, p * 32], xq, t * cols + p * 64, instruction)
 
     def scales(scale, xscale, layer, n, t, p):
         """The row's two scales spread over their groups' lanes (the same for every token: computed once for
@@ -368,8 +375,7 @@ def int8_gemm(rows: int, cols: int, tokens: int, instruction: str | None = None,
             [(t * groups + 2 * p) * SCALE_COPIES], "float32x8")
 
     def offsets(minimum, xsum, layer, n, t, p):
-        return T.Cast("float32x2", minimum.vload([layer, n, 2 * p], "float16x2")) * xsum.vload(
-            [t * groups + 2 * p], "float32x2")
+        return pair_offsets(minimum, [layer, n, 2 * p], xsum, t * groups + 2 * p)
 
     @T.prim_func
     def gemm(xq: T.Buffer((tokens * cols,), "int8"), xscale: T.Buffer((tokens * groups * SCALE_COPIES,), "float32"),
