@@ -637,20 +637,15 @@ def layer_errors(model: torch.nn.Module, inputs: dict[str, np.ndarray], per_chan
             for name, x in inputs.items()}
 
 
-def agreement(model: torch.nn.Module, outputs: dict, images: Iterable[torch.Tensor]) -> dict[str, dict[str, float]]:
-    """For each ``label: run(x) -> logits``: how often its top-1 class is the float model's, and the median
-    relative error of its logits (``build.relative_error``), over ``images``."""
+def logit_errors(model: torch.nn.Module, outputs: dict, images: Iterable[torch.Tensor]) -> dict[str, float]:
+    """For each ``label: run(x) -> logits``: the median relative error of its logits against the float model's
+    (``build.relative_error``) over ``images``: what a build's arithmetic adds, the one measure random weights
+    allow (accuracy needs trained weights and labelled data: ``helpers.digits``)."""
     images = list(images)
     with torch.no_grad():
         reference = [model(x).numpy() for x in images]
-    result = {}
-    for label, run in outputs.items():
-        got = [np.asarray(run(x)) for x in images]
-        result[label] = {
-            "top1": float(np.mean([g.argmax(-1) == r.argmax(-1) for g, r in zip(got, reference)])),
-            "error": float(np.median([relative_error(g, r) for g, r in zip(got, reference)])),
-        }
-    return result
+    return {label: float(np.median([relative_error(np.asarray(run(x)), r) for x, r in zip(images, reference)]))
+            for label, run in outputs.items()}
 
 
 def tradeoff_rows(timings, accuracy: dict[str, float] | None, baseline: str,

@@ -77,7 +77,7 @@ def bf16_model_run(name: str, repeats: int = 30, images: int = IMAGES, target: t
         engine = peers.OnnxEngine(peers.OPENVINO, found.exported, precision=None)
         lower[label] = lambda i, engine=engine: engine.run([i.numpy()])[0]
     held_out = [models.example_input(seed=1000 + i) for i in range(images)]
-    errors = {label: row["error"] for label, row in quantize.agreement(model, lower, held_out).items()}
+    errors = quantize.logit_errors(model, lower, held_out)
     load = load_average()
     timings = timing.measure_engines(runners, warmup=3, repeats=repeats)
     return {"model": name, "batch": 1, "held_out_images": images, "errors": errors,

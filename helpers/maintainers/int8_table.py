@@ -38,8 +38,8 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     torch_int8 = quantize.torch_int8(float_model, calibration)
     onnx_engines, onnx_missing = quantize.onnx_int8_engines(quantize.onnx_int8(float_model, calibration))
     held_out = [models.example_input(seed=1000 + i) for i in range(images)]
-    errors = quantize.agreement(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), **onnx_engines,
-                                              **tvm_int8}, held_out)
+    errors = quantize.logit_errors(float_model, {"PyTorch int8": lambda i: torch_int8(i).numpy(), **onnx_engines,
+                                                 **tvm_int8}, held_out)
     on_digits = digits_accuracy(target)
     load = load_average()
     timings = timing.measure_engines({"PyTorch fp32": timing.torch_runner(float_model, x),
@@ -52,7 +52,7 @@ def int8_run(repeats: int = 30, images: int = INT8_IMAGES, target: tvm.target.Ta
     same = {TVM_FP32: "PyTorch fp32", **{label: "TVM int8" for label in tvm_int8}}  # tuning does not change the sums
     top1 = {t.label: by_build[same.get(t.label, t.label)] for t in timings}
     return {"model": "mobilenet_v2", "batch": 1, "held_out_images": images,
-            "errors": {k: v["error"] for k, v in errors.items()}, "digits": on_digits,
+            "errors": errors, "digits": on_digits,
             "rows": quantize.tradeoff_rows(timings, {k: r["accuracy"] for k, r in top1.items()}, baseline="PyTorch fp32",
                                            intervals={k: (r["low"], r["high"]) for k, r in top1.items()}),
             "databases": {"int8": int8_db.label(), "fp32": fp32_db.label()}, "missing": onnx_missing,
