@@ -31,7 +31,8 @@ def wilson(successes: int, trials: int, z: float = 1.96) -> tuple[float, float]:
 
 def table(predicted: dict[str, np.ndarray], labels: np.ndarray, reference: str) -> pd.DataFrame:
     """One row per build: images right, accuracy and its 95 % interval, and answers that differ from
-    ``reference``'s. ``predicted`` maps each build's name to its class for every image of ``labels``."""
+    ``reference``'s (``differ_from_reference``). ``predicted`` maps each build's name to its class for every
+    image of ``labels``."""
     labels = np.asarray(labels)
     if reference not in predicted:
         raise ValueError(f"No predictions for the reference {reference!r}; the builds are {sorted(predicted)}.")
@@ -44,6 +45,6 @@ def table(predicted: dict[str, np.ndarray], labels: np.ndarray, reference: str) 
         low, high = wilson(right, len(labels))
         rows.append({"build": name, "right": right, "images": len(labels), "accuracy": right / len(labels),
                      "low": low, "high": high,
-                     f"differ_from_{reference.replace(' ', '_')}": int((classes != predicted[reference]).sum())})
+                     "differ_from_reference": int((classes != predicted[reference]).sum())})
     return pd.DataFrame(rows)
 

@@ -26,7 +26,7 @@ def test_table_counts_right_answers_and_differences_from_the_reference():
     predicted = {"float": np.array([0, 1, 2, 3, 0]), "int8": np.array([0, 1, 2, 0, 4]), "same": np.array([0, 1, 2, 3, 0])}
     table = accuracy.table(predicted, labels, reference="float").set_index("build")
     assert list(table["right"]) == [4, 4, 4]
-    assert list(table["differ_from_float"]) == [0, 2, 0]
+    assert list(table["differ_from_reference"]) == [0, 2, 0]
     assert table.loc["int8", "accuracy"] == 0.8
     assert table.loc["int8", "low"] < 0.8 < table.loc["int8", "high"]
 

@@ -82,7 +82,7 @@ def format_int8(result: dict, machine_summary: str) -> str:
                      f"| {100 * r['top1']:.1f} % ({100 * r['top1_low']:.1f}-{100 * r['top1_high']:.1f}) |")
     errors = "; ".join(f"{k}: {v:.3f}" for k, v in result["errors"].items())
     tested = result["digits"][0]["images"]
-    differ = "; ".join(f"{r['build']}: {r['differ_from_PyTorch_fp32']}" for r in result["digits"][1:])
+    differ = "; ".join(f"{r['build']}: {r['differ_from_reference']}" for r in result["digits"][1:])
     lines += ["", f"MobileNetV2, batch 1, one run, timed in alternating blocks. PyTorch int8: PT2E (torchao's "
               "X86InductorQuantizer) on the float model, compiled with Inductor's freezing (quantize.torch_int8). "
               "ONNX Runtime int8 and OpenVINO int8: the model's ONNX export quantized by ONNX Runtime's quantize_static "
