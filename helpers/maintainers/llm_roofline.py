@@ -81,14 +81,20 @@ def shaped_gguf(out: Path, width: int, layers: int, heads: int, kv_heads: int, m
     return out
 
 
+def compared(engines: dict, ids: list[int], repeats: int) -> dict:
+    """``generation.compare``'s rows for the engines that exist here (llama.cpp's is None where it is not
+    installed), each with the prompt's length."""
+    rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
+    return {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}
+
+
 def prompt_rows(step: decoder.Decoder, path: Path | None, repeats: int) -> dict:
     """The prefill: TVM's ``step`` and llama.cpp on the same file, the time to the first token after
     ``PROMPT_TOKENS`` tokens of real text (``generation.compare``'s rows, two tokens generated)."""
     ids = generation.real_text(PROMPT_TOKENS, llm.tokenizer())
     engines = {generation.TVM: generation.tvm_engine(step, ids, 2),
                generation.LLAMA_CPP: generation.llama_cpp_engine(ids, 2, path)}
-    rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
-    return {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}
+    return compared(engines, ids, repeats)
 
 
 def generation_rows_1b(new_tokens: int, repeats: int) -> dict:
@@ -102,9 +108,7 @@ def generation_rows_1b(new_tokens: int, repeats: int) -> dict:
     step = decoder.Decoder(decoder.load_weights(path))
     engines = {generation.TVM: generation.tvm_engine(step, ids, new_tokens),
                generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens, path)}
-    rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
-    return {"model": MODEL_1B, "bytes_per_token": llm.bytes_per_token(path),
-            "engines": {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()},
+    return {"model": MODEL_1B, "bytes_per_token": llm.bytes_per_token(path), "engines": compared(engines, ids, repeats),
             "prompt": prompt_rows(step, path, repeats)}
 
 
@@ -121,8 +125,7 @@ def generation_rows(step: decoder.Decoder, new_tokens: int, repeats: int) -> dic
     engines = {generation.PYTORCH: generation.pytorch_engine(llm.reference_model(), ids, new_tokens),
                generation.TVM: generation.tvm_engine(step, ids, new_tokens),
                generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens)}
-    rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
-    return {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}
+    return compared(engines, ids, repeats)
 
 
 def measure(repeats: int = 9) -> dict:
