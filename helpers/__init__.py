@@ -52,6 +52,7 @@ notebooks and checks this table), and what each owns:
     fused_mobilenet  7                             a whole MobileNetV2 or EfficientNet from those kernels, channels last, as one Relax module
     errors           14                            the errors the course raises on bad input
     transformer      14                            a small GPT: symbolic length, buckets, decoding with a KV cache
+    greedy_decoding  14                            whole greedy generations of the small GPT by every engine, the next token chosen inside the step
     paged_cache      14                            TVM's paged KV cache for the small GPT
     hugging_face     14                            Hugging Face architectures built from a config, through TVM
     qgemv            15                            4-bit group-quantized weights (GGUF's Q4_1), their dequantize-and-multiply as one kernel, its schedules, the read bandwidth

@@ -468,7 +468,7 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
     onnx_engines = [label for label in peers.ONNX_ENGINES if label in which]
     if onnx_engines:
         try:
-            exported = _decode_onnx(model, inputs)
+            exported = decode_onnx(Decode(model), inputs, model.config.max_len)
         except Exception as err:  # an exporter failure: every ONNX engine is missing, with the reason
             missing |= {label: peers.why_missing(label, err) for label in onnx_engines}
         else:
@@ -484,13 +484,14 @@ def decode_peers(model: TinyGPT, past: int, which: Sequence[str] = (peers.COMPIL
     return runners, missing
 
 
-def _decode_onnx(model: TinyGPT, inputs: tuple) -> bytes:
-    """The decoding step exported to ONNX with the past dimension dynamic, serialized."""
-    past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
+def decode_onnx(step: nn.Module, inputs: tuple, max_len: int) -> bytes:
+    """A decoding step (``Decode``, or a module with its inputs) exported to ONNX with the past dimension
+    dynamic (1 to ``max_len - 1``), serialized."""
+    past = torch.export.Dim("past", min=1, max=max_len - 1)
     with torch_logs_held(), warnings.catch_warnings():
         # the exporter notes that keys and values share one dynamic axis: that is what is meant
         warnings.filterwarnings("ignore", message="# The axis name", category=UserWarning)
-        program = torch.onnx.export(Decode(model), inputs, dynamo=True, verbose=False,
+        program = torch.onnx.export(step, inputs, dynamo=True, verbose=False,
                                     dynamic_shapes=(None, None, {3: past}, {3: past}))
     return program.model_proto.SerializeToString()
 
