@@ -234,7 +234,7 @@ def vector_registers(path: str | Path) -> dict[str, int]:
     A library that names ``zmm`` registers runs only on CPUs with AVX-512: on others it stops with
     an illegal instruction. Build for the CPUs you ship to (Day 6, Exercise 2).
     """
-    out = _binutils("objdump", "-d", "--no-show-raw-insn", path=Path(path))
+    out = disassembly(path)
     counts = {"xmm": 0, "ymm": 0, "zmm": 0}
     for name in VECTOR_REGISTER.findall(out):
         counts[name] += 1
@@ -252,10 +252,15 @@ def library_file(compiled, directory: str | Path) -> Path:
     return path
 
 
+def disassembly(path: str | Path) -> str:
+    """The library's machine code as ``objdump -d`` prints it, one instruction a line with its operands."""
+    return _binutils("objdump", "-d", "--no-show-raw-insn", path=Path(path))
+
+
 def instruction_counts(path: str | Path, mnemonics: Sequence[str]) -> dict[str, int]:
     """How often each of ``mnemonics`` (``vpdpbusd``, ``vfmadd231ps``, ...) occurs in the library's machine
     code, from ``objdump -d``: what a kernel really runs on, whatever the source asked for (Day 12)."""
-    out = _binutils("objdump", "-d", "--no-show-raw-insn", path=Path(path))
+    out = disassembly(path)
     found = Counter(line.split()[1] for line in out.splitlines() if line.startswith(" ") and len(line.split()) > 1)
     return {name: found.get(name, 0) for name in mnemonics}
 

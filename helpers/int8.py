@@ -185,13 +185,17 @@ def matmul_u8s8(m: int, n: int, k: int, packed: bool = True) -> tvm.IRModule:
     return tvm.IRModule({"main": te.create_prim_func([A, W, C]).with_attr("global_symbol", "main")})
 
 
-def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN) -> tvm.IRModule:
+def tensorize_matmul(mod: tvm.IRModule, intrin: str = VNNI_INTRIN, lanes: int | None = None) -> tvm.IRModule:
     """Schedule ``matmul_u8s8`` by hand around an intrinsic: 16 (VNNI) or 8 (AVX2) outputs by 4 inputs per
-    instruction; an 8x4 tile of the packed 16x4 weight is 32 contiguous bytes, so both take ``pack_weight``'s layout."""
-    lanes = {VNNI_INTRIN: LANES, AVX2_INTRIN: AVX2_LANES}.get(intrin)
-    if lanes is None:
-        raise CourseError(f"tensorize_matmul knows {VNNI_INTRIN} and {AVX2_INTRIN}, not {intrin!r}.")
-    (register_vnni_intrinsic if intrin == VNNI_INTRIN else register_avx2_intrinsic)()
+    instruction; an 8x4 tile of the packed 16x4 weight is 32 contiguous bytes, so both take ``pack_weight``'s layout.
+    Another registered intrinsic over ``lanes`` outputs by 4 inputs (``lanes`` dividing 16) takes it too."""
+    known = {VNNI_INTRIN: LANES, AVX2_INTRIN: AVX2_LANES}
+    if intrin in known:
+        (register_vnni_intrinsic if intrin == VNNI_INTRIN else register_avx2_intrinsic)()
+        lanes = known[intrin]
+    elif lanes is None or lanes <= 0 or LANES % lanes:
+        raise CourseError(f"tensorize_matmul knows {VNNI_INTRIN} and {AVX2_INTRIN}; for {intrin!r} give its number of "
+                          f"output lanes (a divisor of {LANES}), got lanes={lanes!r}.")
     sch = tvm.s_tir.Schedule(mod)
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)

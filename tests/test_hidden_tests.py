@@ -6,6 +6,7 @@ after the visible part passed on the right answer. The grading gate (test_course
 already checks that the solutions score full marks.
 """
 
+import importlib.util
 import json
 import linecache
 import os
@@ -23,7 +24,7 @@ import pytest
 import torch
 import tvm
 
-from helpers import build, export, gpu, ir, machine, models, profiling, quantize, timing
+from helpers import build, export, gpu, int8, ir, machine, models, profiling, quantize, timing
 from helpers.instructor import grading
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
@@ -889,7 +890,7 @@ def _day12_namespace(**extra) -> dict:
 
 def _int8_dense(zero_point: bool = True, per_column: bool = True, integer_product: bool = True,
                 rows: int | None = None):
-    """Exercise 4 with one mistake switched on."""
+    """Exercise 5 with one mistake switched on."""
     relax = tvm.relax
 
     def int8_dense(m, w, x_scale, x_zero_point):
@@ -923,6 +924,37 @@ def test_day12_solutions_pass_their_tests():
                             ("choose_build", "test_choose_build"), ("int8_dense", "test_int8_dense")]:
         exec(_cell(DAY12, solution), namespace)
         exec(_cell(DAY12, tests), namespace)
+
+
+def _dot_4x4(tmp_path, exact: bool):
+    """Exercise 3's solution, loaded from a file (TVMScript reads its source); ``exact``: its implementation
+    computes the exact int32 sums in loops, where the instruction pair saturates."""
+    source = _cell(DAY12, "dot_4x4")
+    if exact:
+        start = source.index("            a_i32 = ")
+        end = source.index("\n", source.index("C[T.ramp(T.int32(0), 1, 4)]"))
+        source = source[:start] + (
+            "            for i in T.serial(0, 4):\n"
+            "                for k in T.serial(0, 4):\n"
+            "                    C[i] = C[i] + T.cast(A[k], \"int32\") * T.cast(B[i, k], \"int32\")") + source[end:]
+    path = tmp_path / f"dot_4x4_{exact}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.register_dot_4x4
+
+
+def _dot_namespace(register):
+    return _day12_namespace(register_dot_4x4=register, export=export, int8=int8, tempfile=tempfile)
+
+
+def test_day12_the_intrinsic_s_solution_passes_and_one_computing_exact_sums_in_loops_fails(tmp_path):
+    """The exact loops pass no saturation test: the machine code check catches them (no vpmaddubsw), and the
+    saturating tests at 255 would if LLVM ever vectorized them with it."""
+    exec(_cell(DAY12, "test_dot_4x4"), _dot_namespace(_dot_4x4(tmp_path, exact=False)))
+    with pytest.raises(AssertionError, match="no vpmaddubsw on xmm|saturates each pair"):
+        exec(_cell(DAY12, "test_dot_4x4"), _dot_namespace(_dot_4x4(tmp_path, exact=True)))
 
 
 @pytest.mark.parametrize("mistake", [dict(include_zero=False), dict(symmetric_abs=False)])

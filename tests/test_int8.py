@@ -57,9 +57,11 @@ def test_each_cpu_gets_the_int8_instruction_it_has_and_the_activation_range_it_t
     assert (int8.int8_instruction(target), int8.activation_max(target)) == (instruction, top)
 
 
-def test_tensorize_matmul_names_the_intrinsics_it_knows():
+def test_tensorize_matmul_names_the_intrinsics_it_knows_and_needs_the_lanes_of_another():
     with pytest.raises(CourseError, match="course_dot_8x4_avx2"):
         int8.tensorize_matmul(int8.matmul_u8s8(8, 32, 64), "dot_16x4_avx512")
+    with pytest.raises(CourseError, match="a divisor of 16\\), got lanes=3"):
+        int8.tensorize_matmul(int8.matmul_u8s8(8, 32, 64), "my_dot", lanes=3)
 
 
 def test_the_intrinsic_refuses_an_unpacked_weight():
