@@ -2,8 +2,9 @@
 
 A bfloat16 is the upper half of a float32: the same 8-bit exponent, 8 bits of mantissa instead of 24.
 ``vdpbf16ps`` multiplies 32 pairs of them and adds each pair's two products into one of 16 float32
-sums: 32 multiply-adds where a float32 FMA does 16, on CPUs with AVX-512 BF16 (Zen 4 and later, Intel
-Xeons from Cooper Lake on). It is what OpenVINO's default precision runs on such a CPU.
+sums: 32 multiply-adds where a float32 FMA does 16, on CPUs with AVX-512 BF16 (Zen 4 and later; Intel
+Xeons of Cooper Lake and from Sapphire Rapids on, not Ice Lake). It is what OpenVINO's default precision
+runs on such a CPU.
 
 TVM 0.27 cannot put it into a kernel as it stands, measured here:
 
@@ -54,7 +55,8 @@ define linkonce_odr <16 x float> @{_DOT}(<16 x float> %c, <32 x i16> %a, <32 x i
 
 
 def has_bf16(target: tvm.target.Target) -> bool:
-    """True when ``target``'s CPU has AVX-512 BF16 (``vdpbf16ps``: Zen 4 and later, Cooper Lake and later)."""
+    """True when ``target``'s CPU has AVX-512 BF16 (``vdpbf16ps``: Zen 4 and later; Intel Cooper Lake, and
+    Sapphire Rapids on, not Ice Lake)."""
     return bool(tvm.target.codegen.target_has_features("avx512bf16", target))
 
 
