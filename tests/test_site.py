@@ -47,6 +47,13 @@ def test_stripping_leaves_no_solution_hidden_test_output_or_grader_metadata(day,
             assert after.outputs == []
 
 
+def test_a_line_the_helpers_ship_is_no_secret_but_the_rest_of_a_solution_is(secrets):
+    # Day 12's tensor intrinsic opens with the line every intrinsic in helpers/int8.py opens with, and
+    # other days print those intrinsics: published, it gives nothing away
+    assert 'with T.sblock("root"):' not in secrets
+    assert any("llvm.x86.ssse3.pmadd.ub.sw.128" in line for line in secrets)
+
+
 def test_the_leak_check_finds_a_line_split_by_highlighting_and_escaped(tmp_path):
     secret = 'return {"fastest": name}  # the answer'
     (tmp_path / "page.html").write_text(

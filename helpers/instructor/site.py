@@ -210,9 +210,11 @@ def build(quick: bool = False, run: bool = True, out: Path = SITE_ROOT / "html",
 
 def secret_lines(course: Path = REPO) -> dict[str, str]:
     """Every line of every solution and hidden-test region (and of written-answer solutions) that
-    no student version also contains (a line a learner is shown is not a secret), mapped to its day."""
+    no student version also contains, nor the helpers' code that ships with the course (a line a learner
+    is shown is not a secret: ``with T.sblock("root"):`` in a tensor intrinsic), mapped to its day."""
     secrets = {}
     released = "\n".join((course / RELEASE / day / f"{day}.ipynb").read_text() for day in assignments(course))
+    shipped = "\n".join(path.read_text() for path in sorted((course / "helpers").rglob("*.py")))
     for day in assignments(course):
         nb = nbformat.read(course / SOURCE / day / f"{day}.ipynb", as_version=4)
         for cell in nb.cells:
@@ -224,7 +226,7 @@ def secret_lines(course: Path = REPO) -> dict[str, str]:
             for region in regions:
                 for line in region.splitlines():
                     line = line.strip()
-                    if len(line) >= 16 and json_escape(line) not in released:
+                    if len(line) >= 16 and json_escape(line) not in released and line not in shipped:
                         secrets[line] = day
     return secrets
 
