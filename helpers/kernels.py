@@ -120,6 +120,30 @@ class PointwiseShape:
         return self.flops / self.min_bytes
 
 
+def served_by(nbytes: int, caches: Mapping[str, int]) -> str:
+    """The smallest cache (of ``machine.cache_sizes()``) that holds ``nbytes`` in half of it, the other half left
+    to the data streaming past; "DRAM" when none does."""
+    return next((level for level, size in caches.items() if nbytes <= size // 2), "DRAM")
+
+
+def reread_traffic(shape: PointwiseShape, lanes: int, caches: Mapping[str, int]) -> list[dict]:
+    """What two loop orders of the NCHWc 1x1 convolution read more than once, and from where.
+
+    Output channel blocks outermost (section 5's schedule): one block's slice of the weights serves every row
+    before the next block starts, so the weights come once; the input is read again for every block.
+    Rows outermost (the NCHWc template's order where weights are small): one row of the input serves every
+    channel block, so the input comes once; all the weights are read again for every row. Each operand read
+    again is served by the smallest cache that holds it (``served_by``); the row's intensity counts its bytes
+    at that level: the reused operand every time, the other operand and the output once."""
+    input_b, weight_b = 4 * shape.c_in * shape.h * shape.w, 4 * shape.c_in * shape.c_out
+    output_b = 4 * shape.c_out * shape.h * shape.w
+    rows = [("output channel blocks outermost", "the input", shape.c_out // lanes, input_b, weight_b),
+            ("rows outermost", "the weights", shape.h, weight_b, input_b)]
+    return [{"order": order, "read again": what, "times": times, "MB each time": each / 1e6,
+             "from": served_by(each, caches), "FLOP/byte": shape.flops / (times * each + once + output_b)}
+            for order, what, times, each, once in rows]
+
+
 def pointwise_nchw(shape: PointwiseShape) -> tvm.tirx.PrimFunc:
     """The 1x1 convolution in NCHW, as naive loops (what an unscheduled build runs)."""
     ci, co, h, w = shape.c_in, shape.c_out, shape.h, shape.w

@@ -301,6 +301,22 @@ def cpu_ghz() -> float | None:
     return round(float(mhz) / 1000.0, 2) if mhz else None
 
 
+def cache_sizes(root: str | Path = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """The data caches one core sees, in bytes, smallest first: ``{"L1d": ..., "L2": ..., "L3": ...}`` as Linux
+    lists them under ``root``; a level it does not list (another OS, a container hiding it) is left out."""
+    found = {}
+    for index in sorted(Path(root).glob("index*")):
+        try:
+            level, kind, size = ((index / name).read_text().strip() for name in ("level", "type", "size"))
+        except OSError:
+            continue
+        if kind == "Instruction" or not size[:-1].isdigit():
+            continue
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(size[-1], 1)
+        found["L1d" if level == "1" else f"L{level}"] = int(size[:-1]) * scale if size[-1] in "KMG" else int(size)
+    return dict(sorted(found.items(), key=lambda item: item[1]))
+
+
 def has_gpu() -> bool:
     """True when TVM can see an NVIDIA GPU (CUDA device 0)."""
     try:

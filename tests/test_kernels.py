@@ -122,3 +122,15 @@ def test_intensity_and_bandwidth():
     assert shape.min_bytes == 4 * (8 * 4 + 8 * 16 + 16 * 4)
     assert shape.intensity == shape.flops / shape.min_bytes
     assert kernels.memory_bandwidth_gbs(megabytes=8, repeats=2) > 0.1
+
+
+def test_reread_traffic_counts_what_each_loop_order_reads_again_and_the_cache_it_comes_from():
+    shape = kernels.PointwiseShape(c_in=320, c_out=1280, h=7, w=7)
+    caches = {"L1d": 32 * 1024, "L2": 1024**2, "L3": 32 * 1024**2}
+    channels_first, rows_first = kernels.reread_traffic(shape, 16, caches)
+    assert (channels_first["read again"], channels_first["times"], channels_first["from"]) == ("the input", 80, "L2")
+    assert (rows_first["read again"], rows_first["times"], rows_first["from"]) == ("the weights", 7, "L3")
+    moved = 80 * 4 * 320 * 49 + 4 * 320 * 1280 + 4 * 1280 * 49
+    assert channels_first["FLOP/byte"] == pytest.approx(shape.flops / moved)
+    assert rows_first["FLOP/byte"] < channels_first["FLOP/byte"] < shape.intensity
+    assert kernels.served_by(4 * 320 * 1280, {"L2": 1024**2}) == "DRAM", "1.6 MB fits no cache of 1 MB"

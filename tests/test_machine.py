@@ -162,3 +162,15 @@ def test_tvm_and_pytorch_run_on_one_thread_count(tvm_threads):
 
 def test_physical_cores_of_this_process():
     assert 1 <= machine.physical_core_count() <= machine.core_count()
+
+
+def test_cache_sizes_reads_the_data_caches_smallest_first_and_skips_what_it_cannot_read(tmp_path):
+    for index, (level, kind, size) in enumerate([("1", "Data", "48K"), ("1", "Instruction", "32K"),
+                                                 ("2", "Unified", "2048K"), ("3", "Unified", "105M")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, value in (("level", level), ("type", kind), ("size", size)):
+            (folder / name).write_text(value + "\n")
+    (tmp_path / "index4").mkdir()  # a level without its files
+    assert machine.cache_sizes(tmp_path) == {"L1d": 48 * 1024, "L2": 2048 * 1024, "L3": 105 * 1024**2}
+    assert machine.cache_sizes(tmp_path / "absent") == {}
