@@ -16,7 +16,7 @@ The learner's modules, the days whose notebooks import them (``tests/test_archit
 notebooks and checks this table), and what each owns:
 
     module           days                          owns
-    machine          0-15                          the CPU (LLVM name, features, cores, FMA units), TVM's targets, GPU or not, a smaller CPU class imitated
+    machine          0-15                          the CPU (LLVM name, features, cores, FMA units, caches), TVM's targets, GPU or not, a smaller CPU class imitated
     models           0-10, 12-14                   torchvision models, example inputs, torch.export to Relax with the weights split out
     build            0-10, 12-14                   compile, load and run on the VirtualMachine, parity with PyTorch, the fusion passes
     ir               0-3, 5-7, 9-10, 12-14         operator histograms, kernel counts, fused functions, a convolution's FLOPs
@@ -50,6 +50,7 @@ notebooks and checks this table), and what each owns:
     dispatch         7, 13                         dense convolutions offloaded to PyTorch's oneDNN through call_dps_packed
     block_fusion     7                             a MobileNetV2 (or EfficientNet) block's convolutions as one kernel, cut in bands of rows or chunks of channels
     fused_mobilenet  7                             a whole MobileNetV2 or EfficientNet from those kernels, channels last, as one Relax module
+    spinning         13                            TVM builds timed in a process of their own, with TVM's default thread spinning
     errors           14                            the errors the course raises on bad input
     transformer      14                            a small GPT: symbolic length, buckets, decoding with a KV cache
     greedy_decoding  14                            whole greedy generations of the small GPT by every engine, the next token chosen inside the step

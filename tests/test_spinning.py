@@ -1,0 +1,46 @@
+"""Day 13's TVM-only rows with TVM's default thread spinning: timed in a child process of their own."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import build, dispatch, models, spinning
+from helpers.errors import CourseError, ParityError
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+@pytest.fixture(scope="module")
+def builds():
+    torch.manual_seed(0)
+    model = Net().eval()
+    x = torch.randn(1, 3, 12, 12, generator=torch.Generator().manual_seed(1))
+    imported = models.import_to_relax(model, x)
+    plain = build.compile_model(imported)
+    dispatched = dispatch.compile_dispatched(imported, prepack=True)  # its weights packed at load, by main_transform_params
+    return imported, x, {"plain": plain, "dispatched": dispatched}
+
+
+def test_the_builds_are_timed_in_a_child_that_spins_by_default_and_computes_what_they_compute_here(builds, monkeypatch):
+    imported, x, compiled = builds
+    monkeypatch.setenv(spinning.SPIN_ENV, "0")  # as Day 13 sets it: the child must not inherit it (it exits if it does)
+    found = spinning.time_with_default_spinning(compiled, imported.params, x, repeats=3)
+    assert [t.label for t in found] == ["plain", "dispatched"]
+    assert all(len(t.times_ms) >= 3 and t.median_ms > 0 for t in found)
+
+
+def test_weights_in_another_order_are_caught_and_a_failing_child_says_why(builds):
+    imported, x, compiled = builds
+    shuffled = [p.numpy() + 1 if i == 0 else p for i, p in enumerate(imported.params)]
+    with pytest.raises(ParityError, match="other numbers in the timing process"):
+        spinning.time_with_default_spinning({"plain": compiled["plain"]}, shuffled, x, repeats=2)
+    with pytest.raises(CourseError, match="exit code"):
+        spinning.time_with_default_spinning({"plain": compiled["plain"]}, imported.params[:1], x, repeats=2)
