@@ -74,12 +74,7 @@ def generate(start: Start, step: Step, prompt, count: int) -> list[int]:
 
 def import_greedy_decode(model: transformer.TinyGPT) -> ImportedModel:
     """``GreedyDecode`` as Relax, the past symbolic (1 to ``max_len - 1``), as ``transformer.import_decode``."""
-    keys, values = transformer.empty_cache(model, 8)
-    past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
-    ids, position = transformer.tokens(1, model.config.vocab), torch.tensor([[8]])
-    mod, params = transformer.export_to_relax(GreedyDecode(model), (ids, position, keys, values),
-                                              (None, None, {3: past}, {3: past}))
-    return ImportedModel(mod=mod, params=params, input_shape=(1, 1), input_dtype=transformer.TOKEN_DTYPE)
+    return transformer.import_decode(model, GreedyDecode)
 
 
 def compile_greedy_decode(imported: ImportedModel, target: tvm.target.Target | None = None,

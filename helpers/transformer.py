@@ -203,17 +203,18 @@ def empty_cache(model: TinyGPT, past: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.zeros(shape), torch.zeros(shape)
 
 
-def import_decode(model: TinyGPT) -> ImportedModel:
+def import_decode(model: TinyGPT, step: type[nn.Module] = Decode) -> ImportedModel:
     """One decoding step as Relax, with a symbolic past length (1 to ``max_len - 1``).
 
     Inputs: the new token ``(1, 1)``, its position ``(1, 1)``, the past keys and values; outputs: the
     logits and the keys and values one position longer. The cache goes in and out explicitly: a
     cache kept in a ``register_buffer`` and changed in ``forward`` would be frozen into a constant.
+    ``step``: the module made of ``model``, ``Decode`` or one with the same inputs (``greedy_decoding``).
     """
     keys, values = empty_cache(model, 8)
     past = torch.export.Dim("past", min=1, max=model.config.max_len - 1)
     ids, position = tokens(1, model.config.vocab), torch.tensor([[8]])
-    mod, params = export_to_relax(Decode(model), (ids, position, keys, values), (None, None, {3: past}, {3: past}))
+    mod, params = export_to_relax(step(model), (ids, position, keys, values), (None, None, {3: past}, {3: past}))
     return ImportedModel(mod=mod, params=params, input_shape=(1, 1), input_dtype=TOKEN_DTYPE)
 
 
