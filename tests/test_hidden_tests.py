@@ -7,6 +7,7 @@ already checks that the solutions score full marks.
 """
 
 import importlib.util
+import inspect
 import json
 import linecache
 import os
@@ -946,7 +947,7 @@ def _dot_4x4(tmp_path, exact: bool):
 
 
 def _dot_namespace(register):
-    return _day12_namespace(register_dot_4x4=register, export=export, int8=int8, tempfile=tempfile)
+    return _day12_namespace(register_dot_4x4=register, export=export, int8=int8, tempfile=tempfile, inspect=inspect)
 
 
 def test_day12_the_intrinsic_s_solution_passes_and_one_computing_exact_sums_in_loops_fails(tmp_path):
@@ -955,6 +956,18 @@ def test_day12_the_intrinsic_s_solution_passes_and_one_computing_exact_sums_in_l
     exec(_cell(DAY12, "test_dot_4x4"), _dot_namespace(_dot_4x4(tmp_path, exact=False)))
     with pytest.raises(AssertionError, match="no vpmaddubsw on xmm|saturates each pair"):
         exec(_cell(DAY12, "test_dot_4x4"), _dot_namespace(_dot_4x4(tmp_path, exact=True)))
+
+
+def test_day12_the_intrinsic_s_tests_refuse_the_course_s_own_description(tmp_path):
+    source = _cell(DAY12, "dot_4x4")
+    start, end = source.index("    @T.prim_func(s_tir=True)\n    def desc("), source.index("    @T.prim_func(s_tir=True)\n    def impl(")
+    path = tmp_path / "borrowed.py"
+    path.write_text("from helpers import int8\n" + source[:start] + "    desc = int8._dot_desc(4)\n\n" + source[end:])
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(AssertionError, match="write the description yourself"):
+        exec(_cell(DAY12, "test_dot_4x4"), _dot_namespace(module.register_dot_4x4))
 
 
 @pytest.mark.parametrize("mistake", [dict(include_zero=False), dict(symmetric_abs=False)])
