@@ -1,11 +1,10 @@
 """Day 13's TVM-only rows with TVM's default thread spinning: timed in a child process of their own."""
 
-import numpy as np
 import pytest
 import torch
 
 from helpers import build, dispatch, models, spinning
-from helpers.errors import CourseError, ParityError
+from helpers.errors import ParityError
 
 
 class Net(torch.nn.Module):
@@ -37,10 +36,8 @@ def test_the_builds_are_timed_in_a_child_that_spins_by_default_and_computes_what
     assert all(len(t.times_ms) >= 3 and t.median_ms > 0 for t in found)
 
 
-def test_weights_in_another_order_are_caught_and_a_failing_child_says_why(builds):
+def test_weights_other_than_the_build_takes_are_caught(builds):
     imported, x, compiled = builds
-    shuffled = [p.numpy() + 1 if i == 0 else p for i, p in enumerate(imported.params)]
+    changed = [p.numpy() + 1 if i == 0 else p for i, p in enumerate(imported.params)]
     with pytest.raises(ParityError, match="other numbers in the timing process"):
-        spinning.time_with_default_spinning({"plain": compiled["plain"]}, shuffled, x, repeats=2)
-    with pytest.raises(CourseError, match="exit code"):
-        spinning.time_with_default_spinning({"plain": compiled["plain"]}, imported.params[:1], x, repeats=2)
+        spinning.time_with_default_spinning({"plain": compiled["plain"]}, changed, x, repeats=2)
