@@ -27,7 +27,6 @@ from .models import ImportedModel
 
 TVM = "TVM, the choice in the compiled step"
 TVM_NUMPY = "TVM, the choice in NumPy"  # the plain step, each token's logits to NumPy and back
-OUTPUTS = ("next token", "next position", "keys", "values")  # what a greedy step returns, in order
 
 
 class GreedyDecode(torch.nn.Module):
