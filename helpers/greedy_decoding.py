@@ -20,6 +20,7 @@ import torch
 import tvm
 
 from . import databases, peers, transformer
+from .paged_cache import PagedDecoder
 from .build import CompiledModel
 from .errors import ParityError
 from .machine import cpu_target
@@ -118,6 +119,20 @@ def tvm_numpy_loop(prefill: CompiledModel, decoder: transformer.Decoder) -> tupl
     def step(token, position, keys, values):
         logits, keys, values = decoder.step(token, position, keys, values)
         return int(logits.numpy()[0, -1].argmax()), position + 1, keys, values
+
+    return start, step
+
+
+def paged_loop(paged: PagedDecoder) -> tuple[Start, Step]:
+    """The paged cache's start and step (``paged_cache.PagedDecoder``), the token chosen in NumPy between two
+    steps; the state is (token, position, cache), the cache the runtime object that each step appends to."""
+
+    def start(ids):
+        cache = paged.new_cache()
+        return int(_first_choice(paged.run("prefill", ids, 0, cache))[0, 0]), int(np.asarray(ids).shape[1]), cache
+
+    def step(token, position, cache):
+        return int(paged.run("decode", [token], position, cache)[0, -1].argmax()), position + 1, cache
 
     return start, step
 

@@ -96,7 +96,7 @@ class PagedGPT(nn.Module):
             attn_kind="mha", max_batch_size=max_batch_size, max_total_seq_len=max_total_seq_len,
             prefill_chunk_size=prefill_chunk_size, page_size=page_size, support_sliding_window=0,
             layer_partition=relax.ShapeExpr([0, c.layers]), num_hidden_layers=c.layers,
-            num_attention_heads=c.heads, num_key_value_heads=c.heads, qk_head_dim=c.head_dim,
+            num_attention_heads=c.heads, num_key_value_heads=c.kv_heads, qk_head_dim=c.head_dim,
             v_head_dim=c.head_dim, mla_original_qk_head_dim=0, mla_original_v_head_dim=0,
             rope_mode=ROPE_NONE, rope_scale=1, rope_theta=10000, rope_scaling={},
             rope_ext_factors=relax.prim_value(0), rotary_dim=c.head_dim, enable_disaggregation=False,
@@ -184,7 +184,7 @@ class PagedDecoder:
         """The keys and values of the cache's first ``length`` positions, read back from its pages
         (``attention_kv_cache_debug_get_kv``), in ``transformer``'s layout ``(layers, 1, heads, length, head_dim)``."""
         c = self.config
-        keys, values = (tvm.runtime.tensor(np.zeros((c.layers, length, c.heads, c.head_dim), "float32"), self.device)
+        keys, values = (tvm.runtime.tensor(np.zeros((c.layers, length, c.kv_heads, c.head_dim), "float32"), self.device)
                         for _ in range(2))
         _builtin("attention_kv_cache_debug_get_kv")(cache, SEQUENCE, 0, length, keys, values)
         return tuple(t.numpy().transpose(0, 2, 1, 3)[:, None] for t in (keys, values))

@@ -51,13 +51,24 @@ DECODE_TUNED = "TVM decode, static kernels tuned"
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """The model's sizes: vocabulary, width, blocks, attention heads and the longest sequence."""
+    """The model's sizes: vocabulary, width, blocks, attention heads and the longest sequence.
+
+    ``kv_heads``: the key/value heads (grouped-query attention: each shared by ``heads // kv_heads`` query
+    heads, as Llama-family models do); by default one per query head, as in GPT-2."""
 
     vocab: int = 512
     width: int = 128
     layers: int = 2
     heads: int = 4
     max_len: int = 256
+    kv_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.kv_heads < 1 or self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads={self.kv_heads} must divide heads={self.heads}: each key/value head is "
+                             "shared by the same number of query heads.")
 
     @property
     def head_dim(self) -> int:
@@ -65,25 +76,34 @@ class GPTConfig:
 
 
 class Block(nn.Module):
-    """One pre-LayerNorm transformer block: causal self-attention, then an MLP, each with a residual."""
+    """One pre-LayerNorm transformer block: causal self-attention, then an MLP, each with a residual.
+
+    With fewer key/value heads than query heads (``config.kv_heads``), ``qkv`` computes every query head,
+    then the key heads, then the value heads, and each key/value head serves a group of query heads."""
 
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
-        self.heads = config.heads
+        self.heads, self.kv_heads = config.heads, config.kv_heads
         self.ln1, self.ln2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
-        self.qkv = nn.Linear(config.width, 3 * config.width)
+        self.qkv = nn.Linear(config.width, (config.heads + 2 * config.kv_heads) * config.head_dim)
         self.proj = nn.Linear(config.width, config.width)
         self.fc, self.out = nn.Linear(config.width, 4 * config.width), nn.Linear(4 * config.width, config.width)
 
     def forward(self, x, past_k=None, past_v=None):
         batch, length, width = x.shape
-        q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2)
-                   for t in self.qkv(self.ln1(x)).split(width, dim=2))
+        if self.kv_heads == self.heads:
+            q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2)
+                       for t in self.qkv(self.ln1(x)).split(width, dim=2))
+        else:  # grouped-query attention: k and v have kv_heads heads, and so has the cache
+            head_dim = width // self.heads
+            q, k, v = (t.view(batch, length, -1, head_dim).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(
+                [width, self.kv_heads * head_dim, self.kv_heads * head_dim], dim=2))
+        grouped = {"enable_gqa": True} if self.kv_heads != self.heads else {}
         if past_k is None:  # prefill: every position sees itself and the positions before it
-            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, **grouped)
         else:  # decode: one new position, which may see the whole past and itself
             k, v = torch.cat([past_k, k], dim=2), torch.cat([past_v, v], dim=2)
-            attended = F.scaled_dot_product_attention(q, k, v)
+            attended = F.scaled_dot_product_attention(q, k, v, **grouped)
         x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
         return x + self.out(F.gelu(self.fc(self.ln2(x)))), k, v
 
@@ -199,7 +219,7 @@ def import_prefill(model: TinyGPT, length: int | None = None, decompose: bool = 
 def empty_cache(model: TinyGPT, past: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Keys and values for ``past`` earlier positions, zeros: the shape ``decode`` takes."""
     c = model.config
-    shape = (c.layers, 1, c.heads, past, c.head_dim)
+    shape = (c.layers, 1, c.kv_heads, past, c.head_dim)
     return torch.zeros(shape), torch.zeros(shape)
 
 

@@ -1231,22 +1231,23 @@ def test_day14_hidden_decode_tests_alone_catch_no_cache_and_a_wasted_last_step(d
         exec(hidden, namespace)
 
 
-def _paged_block(layer_fixed=False, scale_for_head_dim=None, norm_after=False):
+def _paged_block(layer_fixed=False, scale_for_head_dim=None, norm_after=False, fused_heads=lambda heads, kv: heads + 2 * kv):
     """Day 14's block over the paged cache with one mistake switched on (the defaults are right)."""
     from tvm.relax.frontend import nn
     from tvm.relax.frontend.nn import op
 
     class PagedBlock(nn.Module):
         def __init__(self, config) -> None:
-            self.heads, self.head_dim = config.heads, config.head_dim
+            self.heads, self.kv_heads, self.head_dim = config.heads, config.kv_heads, config.head_dim
             self.ln1, self.ln2 = nn.LayerNorm(config.width), nn.LayerNorm(config.width)
-            self.qkv = nn.Linear(config.width, 3 * config.width)
+            self.qkv = nn.Linear(config.width, (config.heads + 2 * config.kv_heads) * config.head_dim)
             self.proj = nn.Linear(config.width, config.width)
             self.fc, self.out = nn.Linear(config.width, 4 * config.width), nn.Linear(4 * config.width, config.width)
 
         def forward(self, x, cache, layer):
             batch, length, width = x.shape
-            qkv = op.reshape(self.qkv(x if norm_after else self.ln1(x)), (batch, length, 3 * self.heads, self.head_dim))
+            qkv = op.reshape(self.qkv(x if norm_after else self.ln1(x)),
+                             (batch, length, fused_heads(self.heads, self.kv_heads), self.head_dim))
             scale = (scale_for_head_dim or self.head_dim) ** -0.5
             attended = cache.attention_with_fused_qkv(0 if layer_fixed else layer, qkv, self.heads, sm_scale=scale)
             x = x + self.proj(op.reshape(attended, (batch, length, width)))
@@ -1272,10 +1273,17 @@ def test_day14_paged_block_tests_catch_a_block_normalized_after_its_attention():
         exec(_cell(DAY14, "test_paged_block"), _day14_namespace(PagedBlock=_paged_block(norm_after=True)))
 
 
-# the visible test's model has one block, of head size 8: a block that always uses the first layer's pages,
-# or a softmax scale written for that head size, passes it
+def test_day14_paged_block_tests_catch_the_courses_block_copied_for_one_key_value_head_per_query_head():
+    with pytest.raises(AssertionError, match="did not build"):
+        exec(_cell(DAY14, "test_paged_block"), _day14_namespace(PagedBlock=_paged_block(fused_heads=lambda heads, kv: 3 * heads)))
+
+
+# the visible test's model has one block, of head size 8, with 4 query heads over 2 key/value heads: a block
+# that always uses the first layer's pages, a softmax scale written for that head size, or a fused tensor of
+# twice the query heads (which is 4 + 2 x 2 there) passes it
 @pytest.mark.parametrize("mistake, message", [(dict(layer_fixed=True), "differs from PyTorch's|prefill's logits differ"),
-                                              (dict(scale_for_head_dim=8), "prefill's logits differ")])
+                                              (dict(scale_for_head_dim=8), "prefill's logits differ"),
+                                              (dict(fused_heads=lambda heads, kv: 2 * heads), "did not build")])
 def test_day14_hidden_paged_block_tests_alone_catch_one_layers_pages_for_all_and_a_fixed_scale(mistake, message):
     visible, hidden = _parts(DAY14, "test_paged_block")
     namespace = _day14_namespace(PagedBlock=_paged_block(**mistake))

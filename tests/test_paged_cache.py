@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import build, databases, ir, machine, paged_cache, peers, transformer, tuning
+from helpers import build, databases, greedy_decoding, ir, machine, paged_cache, peers, transformer, tuning
 from helpers.errors import CourseError, InputShapeError, ParityError
 
 TARGET = machine.cpu_target()
@@ -44,13 +44,7 @@ def test_prefill_matches_pytorch_at_lengths_the_day_does_not_use(small, paged):
 def test_greedy_tokens_through_the_paged_cache_are_those_computed_without_a_cache(small, paged):
     prompt = transformer.tokens(9, SMALL.vocab, seed=5)
     want = transformer.tokens_without_cache(small, prompt, 12)
-    prefill, decode = paged.steps()
-    logits, cache = prefill(prompt)
-    found = [int(logits[0, -1].argmax())]
-    for position in range(9, 20):
-        logits, cache = decode(found[-1], position, cache)
-        found.append(int(logits[0, -1].argmax()))
-    assert found == want
+    assert greedy_decoding.generate(*greedy_decoding.paged_loop(paged), prompt, 12) == want
 
 
 def test_a_repeated_decode_step_pops_its_token_and_matches_eager_beside_the_explicit_cache(small, paged):

@@ -108,6 +108,34 @@ def test_decoding_with_the_explicit_cache_gives_the_tokens_computed_without_one(
         assert found == want
 
 
+def test_grouped_query_attention_is_attention_with_each_key_value_head_repeated_for_its_query_heads():
+    grouped = transformer.GPTConfig(vocab=64, width=32, layers=2, heads=4, kv_heads=2, max_len=48)
+    model = transformer.TinyGPT(grouped, seed=2)
+    repeated = transformer.TinyGPT(transformer.GPTConfig(vocab=64, width=32, layers=2, heads=4, max_len=48), seed=9)
+    weights, hd, group = model.state_dict(), grouped.head_dim, grouped.heads // grouped.kv_heads
+    for name, tensor in weights.items():
+        if ".qkv." in name:  # every query head, then the key heads, then the value heads: each of k and v repeated
+            q, k, v = tensor.split([grouped.width, grouped.kv_heads * hd, grouped.kv_heads * hd])
+            k, v = (t.reshape(grouped.kv_heads, hd, *t.shape[1:]).repeat_interleave(group, 0).reshape(-1, *t.shape[1:])
+                    for t in (k, v))
+            tensor = torch.cat([q, k, v])
+        repeated.state_dict()[name].copy_(tensor)
+    prompt = transformer.tokens(7, 64, seed=3)
+    with torch.inference_mode():
+        logits, keys, values = model.prefill(prompt)
+        assert keys.shape == values.shape == (2, 1, grouped.kv_heads, 7, hd)  # the cache holds the shared heads only
+        assert build.relative_error(logits.numpy(), repeated.prefill(prompt)[0].numpy()) < 1e-5
+    prefill, decode = transformer.torch_steps(model)
+    logits, cache = prefill(prompt)
+    found = [int(logits[0, -1].argmax())]
+    for position in range(7, 12):
+        logits, cache = decode(found[-1], position, cache)
+        found.append(int(logits[0, -1].argmax()))
+    assert found == transformer.tokens_without_cache(model, prompt, 6) == transformer.tokens_without_cache(repeated, prompt, 6)
+    with pytest.raises(ValueError, match="must divide heads=4"):
+        transformer.GPTConfig(heads=4, kv_heads=3)
+
+
 def test_the_model_is_seeded_and_leaves_the_global_generator_alone():
     torch.manual_seed(123)
     before = torch.rand(1)
