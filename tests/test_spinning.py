@@ -41,3 +41,22 @@ def test_weights_other_than_the_build_takes_are_caught(builds):
     changed = [p.numpy() + 1 if i == 0 else p for i, p in enumerate(imported.params)]
     with pytest.raises(ParityError, match="other numbers in the timing process"):
         spinning.time_with_default_spinning({"plain": compiled["plain"]}, changed, x, repeats=2)
+
+
+def test_kernels_are_timed_in_a_child_that_spins_by_default_and_their_numbers_are_checked(monkeypatch):
+    import numpy as np
+    import tvm
+    from tvm import te
+
+    from helpers import kernels
+
+    a = te.placeholder((64, 64), name="a")
+    doubled = te.compute((64, 64), lambda i, j: a[i, j] * 2, name="doubled")
+    kernel = kernels.build(te.create_prim_func([a, doubled]))
+    relax_exe = tvm.compile(dispatch.te_module(lambda x: te.compute(x.shape, lambda i, j: x[i, j] * 2), [(64, 64)]))
+    x = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+    monkeypatch.setenv(spinning.SPIN_ENV, "0")
+    found = spinning.time_kernels_with_default_spinning({"kernel": kernel, "relax": relax_exe}, [x], 2 * x, repeats=3)
+    assert [t.label for t in found] == ["kernel", "relax"] and all(t.median_ms > 0 for t in found)
+    with pytest.raises(ParityError, match="kernel computed other numbers"):
+        spinning.time_kernels_with_default_spinning({"kernel": kernel}, [x], 3 * x, repeats=2)
