@@ -630,7 +630,7 @@ def _dwconv(clip_high: bool = True, use_stride: bool = True, use_bias: bool = Tr
 
 
 def test_day13_solutions_pass_their_tests():
-    for solution, tests in [("dwconv_bias_relu6", "test_dwconv_bias_relu6"), ("offload_conv_relu", "test_offload_conv_relu"),
+    for solution, tests in [("dwconv_bias_relu6", "test_dwconv_bias_relu6"), ("offload_conv_bias_relu", "test_offload_conv_bias_relu"),
                             ("offload_linear", "test_offload_linear")]:
         namespace = _day13_namespace()
         exec(_cell(DAY13, solution), namespace)
@@ -651,16 +651,18 @@ def test_day13_hidden_operator_tests_alone_catch_an_ignored_stride():
         exec(hidden, namespace)
 
 
-def _offload(check_groups: bool = True, attrs=None, need_relu: bool = True):
-    """An offload_conv_relu with one mistake: every conv taken, fixed attributes, or no ReLU required."""
+def _offload(check_groups: bool = True, attrs=None, need_relu: bool = True, any_add: bool = False):
+    """An offload_conv_bias_relu with one mistake: every conv taken, fixed attributes, no ReLU required, or
+    any add after the convolution taken for its bias (a residual's too)."""
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
     from helpers import dispatch
 
-    def offload_conv_relu(mod):
-        conv = is_op("relax.nn.conv2d")(wildcard(), wildcard())
-        pattern = is_op("relax.nn.relu")(conv) if need_relu else conv
+    def offload_conv_bias_relu(mod):
+        conv, bias = is_op("relax.nn.conv2d")(wildcard(), wildcard()), wildcard()
+        added = is_op("relax.add")(conv, bias if any_add else is_op("relax.reshape")(bias, wildcard()))
+        pattern = is_op("relax.nn.relu")(added) if need_relu else added
 
         def rewrite(expr, found):
             call = found[conv]
@@ -668,27 +670,34 @@ def _offload(check_groups: bool = True, attrs=None, need_relu: bool = True):
             if packed is None and check_groups:
                 return expr
             packed = relax.ShapeExpr(attrs) if attrs is not None else (packed or relax.ShapeExpr([1, 1, 1, 1, 1, 1]))
-            return relax.call_dps_packed("course.torch.conv2d_relu", relax.Tuple([call.args[0], call.args[1], packed]),
+            vector = found[bias]
+            if any_add and isinstance(vector, relax.Call) and vector.op.name == "relax.reshape":
+                vector = vector.args[0]  # a bias's reshape undone; anything else taken as it is
+            return relax.call_dps_packed("course.torch.conv2d_bias_relu",
+                                         relax.Tuple([call.args[0], call.args[1], vector, packed]),
                                          out_ty=relax.TensorType(call.ty.shape, call.ty.dtype))
 
         new = mod.clone()
         new["main"] = rewrite_call(pattern, rewrite, mod["main"])
         return new
 
-    return offload_conv_relu
+    return offload_conv_bias_relu
 
 
-@pytest.mark.parametrize("mistake", [dict(check_groups=False), dict(need_relu=False), dict(attrs=[1, 1, 1, 1, 1, 1])])
+@pytest.mark.parametrize("mistake", [dict(check_groups=False), dict(need_relu=False), dict(attrs=[1, 1, 1, 1, 1, 1]),
+                                     dict(any_add=True)])
 def test_day13_rewrite_tests_catch_wrong_rewrites(mistake):
-    with pytest.raises(Exception):  # a count, a parity error, or the library refusing a depthwise weight
-        exec(_cell(DAY13, "test_offload_conv_relu"), _day13_namespace(offload_conv_relu=_offload(**mistake)))
+    with pytest.raises(AssertionError):  # a count, or a parity error (the library refusing a depthwise weight)
+        exec(_cell(DAY13, "test_offload_conv_bias_relu"), _day13_namespace(offload_conv_bias_relu=_offload(**mistake)))
 
 
-def test_day13_hidden_rewrite_tests_alone_catch_fixed_attributes():
-    visible, hidden = _parts(DAY13, "test_offload_conv_relu")
-    namespace = _day13_namespace(offload_conv_relu=_offload(attrs=[1, 1, 1, 1, 1, 1]))
-    exec(visible, namespace)  # the visible model has stride 1, padding 1 only
-    with pytest.raises(Exception, match="output buffer"):  # raised in the library call: TVM's FFI re-raises it
+@pytest.mark.parametrize("mistake, message", [(dict(attrs=[1, 1, 1, 1, 1, 1]), "output buffer"),
+                                              (dict(any_add=True), "expected 1 calls")])
+def test_day13_hidden_rewrite_tests_alone_catch_fixed_attributes_and_a_residual_taken_for_a_bias(mistake, message):
+    visible, hidden = _parts(DAY13, "test_offload_conv_bias_relu")
+    namespace = _day13_namespace(offload_conv_bias_relu=_offload(**mistake))
+    exec(visible, namespace)  # the visible model has stride 1, padding 1 only, and no residual connection
+    with pytest.raises(AssertionError, match=message):  # the library's error, re-raised by TVM's FFI, is in the message
         exec(hidden, namespace)
 
 
