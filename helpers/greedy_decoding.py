@@ -20,11 +20,11 @@ import torch
 import tvm
 
 from . import databases, peers, transformer
-from .paged_cache import PagedDecoder
 from .build import CompiledModel
 from .errors import ParityError
 from .machine import cpu_target
 from .models import ImportedModel
+from .paged_cache import PagedDecoder
 
 TVM = "TVM, the choice in the compiled step"
 TVM_NUMPY = "TVM, the choice in NumPy"  # the plain step, each token's logits to NumPy and back

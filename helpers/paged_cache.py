@@ -182,7 +182,7 @@ class PagedDecoder:
 
     def cache_contents(self, cache, length: int) -> tuple[np.ndarray, np.ndarray]:
         """The keys and values of the cache's first ``length`` positions, read back from its pages
-        (``attention_kv_cache_debug_get_kv``), in ``transformer``'s layout ``(layers, 1, heads, length, head_dim)``."""
+        (``attention_kv_cache_debug_get_kv``), in ``transformer``'s layout ``(layers, 1, kv_heads, length, head_dim)``."""
         c = self.config
         keys, values = (tvm.runtime.tensor(np.zeros((c.layers, length, c.kv_heads, c.head_dim), "float32"), self.device)
                         for _ in range(2))
