@@ -179,7 +179,7 @@ def _greedy_onnx(model: transformer.TinyGPT) -> bytes:
 
 
 def runners(model: transformer.TinyGPT, prefill: CompiledModel, greedy: CompiledModel, decoder: transformer.Decoder,
-            prompt, count: int, which: Sequence[str] = (peers.COMPILED, peers.ORT, peers.OPENVINO)
+            prompt, count: int, which: Sequence[str] = (peers.COMPILED, peers.FROZEN, peers.ORT, peers.OPENVINO)
             ) -> tuple[dict[str, Callable[[], list[int]]], dict[str, str]]:
     """A whole generation of ``count`` tokens after ``prompt`` by eager PyTorch, TVM (``prefill``, a bucket
     of the prompt's length, then ``greedy``, ``compile_greedy_decode``'s step, and for comparison
@@ -190,6 +190,8 @@ def runners(model: transformer.TinyGPT, prefill: CompiledModel, greedy: Compiled
     missing = {}
     if peers.COMPILED in which:
         loops[peers.COMPILED] = torch_loop(model, torch.compile(DynamicGreedyDecode(model), dynamic=True))
+    if peers.FROZEN in which:  # the weights folded in as constants, as TVM's lifted ones are
+        loops[peers.FROZEN] = torch_loop(model, peers.FrozenCompiled(DynamicGreedyDecode(model)))
     for engine in (e for e in peers.ONNX_ENGINES if e in which):
         try:
             loops[engine] = onnx_loop(engine, model, prompt)

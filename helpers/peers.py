@@ -77,9 +77,9 @@ class FrozenCompiled(torch.nn.Module):
         super().__init__()
         self.compiled = torch.compile(module, options={"freezing": True, **(options or {})})
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, *inputs: torch.Tensor):
         with torch.inference_mode(), torch._inductor.config.patch(freezing=True):
-            return self.compiled(x)
+            return self.compiled(*inputs)
 
 
 def compiled_runner(model: torch.nn.Module, x: torch.Tensor, freezing: bool = False) -> tuple[Callable[[], object], float]:
