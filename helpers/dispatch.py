@@ -582,9 +582,11 @@ def time_saved_ms(rows: Sequence[dict], offload: Sequence[str], overhead_ms: flo
 def choose_offload(rows: Sequence[dict], overhead_ms: float) -> list[str]:
     """The rows of a dispatch table worth offloading, sorted by name.
 
-    A row is worth it when the library's time plus ``calls × overhead_ms`` is below TVM's:
-    each row's saving (``time_saved_ms``) does not depend on the others, so these rows
-    together save the most. Rows the library cannot run (``library_ms`` None) stay.
+    A row is worth it when the library's time plus ``calls × overhead_ms`` is below TVM's. When
+    each row's saving (``time_saved_ms``) does not depend on the others, these rows together save
+    the most; rows whose cost depends on their neighbours (packed calls: the layout changes cancel
+    between two offloaded ones) must be grouped into one row first. Rows the library cannot run
+    (``library_ms`` None) stay.
     """
     return sorted(r["kernel"] for r in rows
                   if r["library_ms"] is not None and r["library_ms"] + r["calls"] * overhead_ms < r["tvm_ms"])
