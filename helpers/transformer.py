@@ -112,7 +112,7 @@ class TinyGPT(nn.Module):
     """A decoder-only transformer with seeded random weights.
 
     ``prefill(ids)`` runs a whole prompt and returns the logits and the cache (keys and values of every
-    layer, shaped ``(layers, batch, heads, length, head_dim)``); ``decode(ids, positions, keys, values)``
+    layer, shaped ``(layers, batch, kv_heads, length, head_dim)``); ``decode(ids, positions, keys, values)``
     runs new tokens against that cache and returns the logits and the longer cache.
     """
 
