@@ -91,14 +91,12 @@ class Block(nn.Module):
 
     def forward(self, x, past_k=None, past_v=None):
         batch, length, width = x.shape
-        if self.kv_heads == self.heads:
-            q, k, v = (t.view(batch, length, self.heads, -1).transpose(1, 2)
-                       for t in self.qkv(self.ln1(x)).split(width, dim=2))
-        else:  # grouped-query attention: k and v have kv_heads heads, and so has the cache
-            head_dim = width // self.heads
-            q, k, v = (t.view(batch, length, -1, head_dim).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(
-                [width, self.kv_heads * head_dim, self.kv_heads * head_dim], dim=2))
-        grouped = {"enable_gqa": True} if self.kv_heads != self.heads else {}
+        head_dim = width // self.heads
+        kv_width = head_dim * self.kv_heads
+        # every query head, then the key heads, then the value heads (as many as the cache holds)
+        q, k, v = (t.view(batch, length, -1, head_dim).transpose(1, 2)
+                   for t in self.qkv(self.ln1(x)).split([width, kv_width, kv_width], dim=2))
+        grouped = {"enable_gqa": True} if self.kv_heads != self.heads else {}  # each k, v head serves a group
         if past_k is None:  # prefill: every position sees itself and the positions before it
             attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, **grouped)
         else:  # decode: one new position, which may see the whole past and itself
