@@ -127,12 +127,15 @@ def paged_loop(paged: PagedDecoder) -> tuple[Start, Step]:
     """The paged cache's start and step (``paged_cache.PagedDecoder``), the token chosen in NumPy between two
     steps; the state is (token, position, cache), the cache the runtime object that each step appends to."""
 
+    prefill, decode = paged.steps()
+
     def start(ids):
-        cache = paged.new_cache()
-        return int(_first_choice(paged.run("prefill", ids, 0, cache))[0, 0]), int(np.asarray(ids).shape[1]), cache
+        logits, cache = prefill(ids)
+        return int(_first_choice(logits)[0, 0]), int(np.asarray(ids).shape[1]), cache
 
     def step(token, position, cache):
-        return int(paged.run("decode", [token], position, cache)[0, -1].argmax()), position + 1, cache
+        logits, cache = decode(token, position, cache)
+        return int(_first_choice(logits)[0, 0]), position + 1, cache
 
     return start, step
 
