@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 import tvm
 from tvm.s_tir import meta_schedule as ms
 
-from helpers import (accuracy, amx, build, databases, digits, dispatch, machine, models, paged_cache, peers, quantize,
+from helpers import (accuracy, amx, build, databases, digits, dispatch, kernels, machine, models, paged_cache, peers, quantize,
                      results, transformer, tuning)
 from helpers.maintainers import (benchmark, capstone, gemv, int8_table, shipping, stages, table, transfer_study, transformer_large,
                                  transformer_table)
@@ -344,3 +345,55 @@ def test_the_row_gemv_schedule_computes_a_linear_layer_whose_width_the_lanes_do_
     out = vm["main"](tvm.runtime.tensor(x.numpy()), *[tvm.runtime.tensor(p.numpy()) for p in params])
     out = out if isinstance(out, tvm.runtime.Tensor) else out[0]
     np.testing.assert_allclose(out.numpy(), layer(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    product = mod[next(k for k in scheduled if "NT_matmul" in k)].with_attr("global_symbol", "main")
+    assert kernels.heap_allocations(kernels.build(product, target)) == 0, \
+        "the lanes' partial sums must live on the stack: from TVM's heap workspace they cost a runtime call per row"
+
+
+def test_the_decoding_steps_loop_nests_run_in_parallel_and_compute_what_the_default_pipeline_does():
+    """``gemv.ParallelSpatial`` on a decoding step of a small GPT: the concatenations and attention's products over
+    the past get a parallel loop, pure reshapes are left to become views, and every output equals the default build's."""
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    model = GPT(transformer.GPTConfig(vocab=40, width=32, layers=2, heads=4, max_len=32))
+    imported = transformer.import_decode(model)
+    target = machine.cpu_target()
+    with target:
+        mod = tvm.transform.Sequential([relax.transform.FuseTransposeMatmul(), *build.fusion_passes(target),
+                                        dl.ApplyDefaultSchedule(gemv.ParallelSpatial())])(imported.mod)
+    scheduled, left = transformer.scheduled_kernels(mod)
+    assert any(k.startswith("concatenate") for k in scheduled) and any(k.startswith("matmul") for k in scheduled), scheduled
+    assert all(not k.startswith("reshape") for k in scheduled), f"a pure reshape must stay a view: {scheduled}"
+    for name in scheduled:
+        assert "T.parallel" in mod[name].script(), f"{name} was marked scheduled without a parallel loop"
+    default = transformer.compile_decoder(imported, target)
+    parallel = transformer.Decoder(transformer.compile_with_passes(replace(imported, mod=mod), target, []))
+    keys, values = transformer.empty_cache(model, 5)
+    cache = (torch.randn_like(keys), torch.randn_like(values))
+    for ours, theirs in zip(parallel.after_one_step(range(5), 3, cache), default.after_one_step(range(5), 3, cache)):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_dlights_cpu_reduction_recomputes_a_one_row_layer_norms_sums_for_every_output():
+    """Why the decoding benchmark leaves ``dl.cpu.Reduction`` out (TVM 0.27): on a layer norm of one token
+    ``(1, 1, width)`` it puts both sums inside the parallel loop over the outputs; should TVM change that, the
+    benchmark can take the rule back."""
+    from tvm import relax
+    from tvm.s_tir import dlight as dl
+
+    x = relax.Var("x", relax.TensorType([1, 1, 64], "float32"))
+    g, b = (relax.Var(n, relax.TensorType([64], "float32")) for n in "gb")
+    bb = relax.BlockBuilder()
+    with bb.function("main", [x, g, b]):
+        bb.emit_func_output(bb.emit(relax.op.nn.layer_norm(x, g, b, axes=[-1])))
+    target = machine.cpu_target()
+    with target:
+        mod = tvm.transform.Sequential([relax.transform.LegalizeOps(), dl.ApplyDefaultSchedule(dl.cpu.Reduction())])(bb.get())
+    (name,) = [gv.name_hint for gv, f in mod.functions.items() if isinstance(f, tvm.tirx.PrimFunc)]
+    tree = kernels.loop_tree(mod[name]).splitlines()
+    outer = next(i for i, line in enumerate(tree) if line.startswith("parallel"))
+    assert "(T.int64(64))" in tree[outer], "the parallel loop is the one over the 64 outputs"
+    under = [line for line in tree[outer + 1:] if line.startswith(" ")]
+    assert any("x_sum" in line for line in under) and any("x_var_sum" in line for line in under), \
+        "both sums are computed under the loop over the outputs: " + "\n".join(tree)

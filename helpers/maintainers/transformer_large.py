@@ -9,7 +9,9 @@ fused, with the weights' transposes lifted out of the step and DLight's CPU rule
 lifted, the weights lie ``[in, out]``, DLight's ``GEMV`` declines every product and ``Reduction`` takes the
 blocks' with a schedule that reads each weight column by column; and fused with each transpose fused into its
 product (``FuseTransposeMatmul``: the weights stay ``[out, in]``, as MLC LLM keeps them)
-and the course's own row-by-row schedule (``gemv.RowGEMV``) beside DLight's ``Reduction``. The prefill is timed
+and the course's own row-by-row schedule (``gemv.RowGEMV``), the other kernels with a loop nest each run in
+parallel (``gemv.ParallelSpatial``), DLight's ``Reduction`` left out (on one token's layer norm it recomputes
+both sums for every output; see ``gemv``). The prefill is timed
 for PyTorch's peers and ONNX Runtime, and for TVM as a tuned bucket of the prompt's length where a database for
 it exists (``python -m helpers.maintainers.shipping large-prefill``): untuned, TVM's matrix kernels at this size
 are plain loops, seconds per prompt.
@@ -22,17 +24,18 @@ import dataclasses
 import torch
 import tvm
 
-from .. import build, databases, kernels, machine, peers, timing, transformer
+from .. import build, databases, kernels, machine, peers, qgemv, timing, transformer
 from ..errors import TuningDatabaseError
-from .gemv import RowGEMV
+from .gemv import ParallelSpatial, RowGEMV
 from .report import UNRELIABLE_MARK, load_average, print_and_keep, records
 
 GPT2_SMALL = transformer.GPTConfig(vocab=50257, width=768, layers=12, heads=12, max_len=1024)
 UNTUNED = "TVM decode, untuned"
 WITH_DLIGHT = "TVM decode, transposes lifted, DLight CPU rules"
-WITH_ROW_GEMV = "TVM decode, transposes fused, row GEMV + DLight Reduction"
+WITH_ROW_GEMV = "TVM decode, transposes fused, row GEMV + parallel loops"
 TUNED_PREFILL = "TVM prefill, tuned bucket"
 PREFILL_PREFIX = "gpt2small_prefill"  # its database's model name, with the prompt's length appended
+BANDWIDTH_KIND = "the machine's read bandwidth, every core summing a large array: qgemv.read_bandwidth_gbs"
 
 
 def prefill_bucket(model: transformer.TinyGPT, length: int):
@@ -63,12 +66,13 @@ def dlight_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
 
 def row_gemv_passes(target: tvm.target.Target) -> list[tvm.transform.Pass]:
     """Each weight's transpose fused into its product (``NT_matmul``: the weight read ``[out, in]``, as stored),
-    legalize and fuse, then the course's ``RowGEMV`` for the products and DLight's ``Reduction`` for the rest."""
+    legalize and fuse, then the course's ``RowGEMV`` for the products and ``ParallelSpatial`` for the kernels of one
+    loop nest; the layer norms and softmaxes (a few microseconds each) keep the default pipeline's loops."""
     from tvm import relax
     from tvm.s_tir import dlight as dl
 
     return [relax.transform.FuseTransposeMatmul(), *build.fusion_passes(target),
-            dl.ApplyDefaultSchedule(RowGEMV(), dl.cpu.Reduction())]
+            dl.ApplyDefaultSchedule(RowGEMV(), ParallelSpatial())]
 
 
 def scheduled_by(mod: tvm.IRModule, target: tvm.target.Target, passes: list[tvm.transform.Pass]) -> dict:
@@ -113,7 +117,7 @@ def large_run(config: transformer.GPTConfig = GPT2_SMALL, past: int = 128, promp
     else:
         prefill.runners[TUNED_PREFILL] = tvm_prefill
         peers.check_against_eager(prefill.runners, [TUNED_PREFILL])
-    bandwidth = kernels.memory_bandwidth_gbs()
+    bandwidth = qgemv.read_bandwidth_gbs()
     load = load_average()
     decode_timings = timing.measure_engines(decode, warmup=2, repeats=repeats)
     prefill_timings = timing.measure_engines(prefill.runners, warmup=2, repeats=repeats)
@@ -150,8 +154,8 @@ def format_large(result: dict, machine_summary: str) -> str:
               "the rows of each step from fastest to slowest, from one run in alternating blocks. "
               f"{UNRELIABLE_MARK.strip()} marks noise.",
               f"Memory floor of a decoding step: {result['weight_bytes_per_token'] / 1e6:.0f} MB of weights read per token "
-              f"over {result['bandwidth_gbs']:.1f} GB/s (one core's streaming copy, a lower bound of the machine's "
-              f"bandwidth) = {floor_ms:.1f} ms; the last column is the share of that floor an engine reaches.",
+              f"over {result['bandwidth_gbs']:.1f} GB/s ({BANDWIDTH_KIND}) = {floor_ms:.1f} ms; "
+              "the last column is the share of that floor an engine reaches.",
               "TVM's decoding steps are untuned. Default pipeline: no kernel scheduled. Transposes lifted out of the step (run once "
               "at load), DLight's CPU rules: the weights lie [in, out], so DLight's GEMV took "
               f"{len(result['dlight'].get('gemv_alone', [])) or 'none'} of the products and its Reduction "
@@ -159,7 +163,9 @@ def format_large(result: dict, machine_summary: str) -> str:
               "kernels (the blocks' products among them, read column by column), leaving as plain loops: "
               f"{', '.join(k for k in result['dlight']['left'] if 'matmul' in k) or 'none'}. "
               "Transposes fused into the products (FuseTransposeMatmul, weights read [out, in] as stored), the course's "
-              f"RowGEMV and DLight's Reduction: {len(result['row_gemv']['scheduled'])} kernels scheduled, the products "
+              f"RowGEMV, the other kernels of one loop nest in parallel (the course's ParallelSpatial; DLight's Reduction left out: "
+              "on one token's layer norm it computes both sums again for each output): "
+              f"{len(result['row_gemv']['scheduled'])} kernels scheduled, the products "
               f"left as plain loops: {', '.join(k for k in result['row_gemv']['left'] if 'matmul' in k) or 'none'}.",
               f"TVM's prefill: a bucket of {result['prompt']} tokens, {result['prefill_database']}." if result.get("prefill_database")
               else "TVM's prefill is not timed: untuned, its matrix kernels at this size are plain loops (seconds per prompt).",
