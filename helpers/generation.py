@@ -6,7 +6,8 @@ back to the program that chooses the next one. So each engine here answers one p
 taken from the call to the last token, and the engines take turns (a round is one run of each), so that a
 slow minute of the machine falls on all of them. PyTorch runs the float32 reference (``llm.reference_model``),
 TVM the compiled step (``decoder.Decoder``), llama.cpp the same GGUF file where ``llama-cpp-python`` is
-installed (``pip install llama-cpp-python==0.3.36`` builds it, about 15 minutes on two cores).
+installed (``pip install llama-cpp-python==0.3.36`` builds it, about 15 minutes on two cores), and OpenVINO
+GenAI the same file again (``openvino-genai``, in the course's environment: it converts the file when it loads).
 
 Introduced on Day 15.
 """
@@ -28,6 +29,7 @@ from .config import REPO
 PYTORCH = "PyTorch eager, float32 weights"
 TVM = "TVM, int8 x 4-bit (decoder)"
 LLAMA_CPP = "llama.cpp (llama-cpp-python 0.3.36)"
+OPENVINO_GENAI = "OpenVINO GenAI 2026.4.1"
 LLAMA_CPP_INSTALL = ".venv/bin/python -m pip install -r requirements-benchmark.txt   (builds llama.cpp: about 15 minutes on two cores)"
 
 
@@ -107,6 +109,35 @@ def llama_cpp_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[],
             if n == new_tokens:
                 break
         return Run(first - start, time.perf_counter() - start, n)
+    return run
+
+
+def openvino_genai_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[], Run] | None:
+    """The same from OpenVINO GenAI's ``LLMPipeline`` on the same file (SmolLM2's, or ``path``), as many threads, its
+    own defaults otherwise (on a CPU it quantizes each layer's input to 8 bits, as llama.cpp and TVM's step do);
+    None where it is not installed. It converts the GGUF file to its own model when it loads (seconds)."""
+    try:
+        import openvino as ov
+        import openvino_genai
+    except ImportError:
+        return None
+    pipe = openvino_genai.LLMPipeline(str(path or llm.gguf_path()), "CPU", INFERENCE_NUM_THREADS=torch.get_num_threads())
+    settings = openvino_genai.GenerationConfig()
+    settings.max_new_tokens = settings.min_new_tokens = new_tokens
+    settings.ignore_eos, settings.do_sample = True, False
+    prompt = ov.Tensor(np.array([ids], dtype=np.int64))
+
+    def run() -> Run:
+        first: list[float] = []
+
+        def streamer(_text: str) -> bool:
+            if not first:
+                first.append(time.perf_counter())
+            return False  # False: go on
+        start = time.perf_counter()
+        out = pipe.generate(prompt, settings, streamer)
+        end = time.perf_counter()
+        return Run((first[0] if first else end) - start, end - start, len(out.tokens[0]))
     return run
 
 

@@ -262,3 +262,14 @@ def test_a_verdict_between_engines_says_when_their_rounds_overlap():
         "2.00x, faster in every round"
     assert generation.verdict(first, {"first_token_ms": 45.0, "first_token_range_ms": [40.0, 49.0]}, "first") == \
         "0.90x, too close to call (the rounds' ranges overlap)"
+
+
+def test_openvino_genai_answers_from_the_same_file_as_many_tokens_as_asked():
+    """Day 15's peer in the course's environment: OpenVINO GenAI reads SmolLM2's GGUF file, and each run is a whole
+    greedy answer of the asked length (its end-of-text ignored), the first token timed before the last."""
+    ids = llm.chat_ids(llm.tokenizer(), "What is a compiler?")[0].tolist()
+    run = generation.openvino_genai_engine(ids, 6)
+    assert run is not None, "openvino-genai is pinned in requirements.txt: the course's environment has it"
+    for _ in range(2):   # the second run starts afresh: the same work, not a cache of the first answer
+        result = run()
+        assert result.tokens == 6 and 0 < result.first_s < result.total_s, result

@@ -109,19 +109,22 @@ def tvm_bf16_lines(tables: list[dict], results: Path) -> list[str]:
 
 
 def llm_lines(tables: list[dict], results: Path) -> list[str]:
-    """Day 15's LLM against llama.cpp on the same file (``results/llm-*``, ``helpers.maintainers.llm_roofline``) on
-    the machines of ``tables``: decoding and the prompt, SmolLM2 and the 1.1B shapes, each with its verdict over
-    the rounds; none where it was not measured with llama.cpp beside it."""
+    """Day 15's LLM against llama.cpp and OpenVINO GenAI on the same file (``results/llm-*``,
+    ``helpers.maintainers.llm_roofline``) on the machines of ``tables``: decoding and the prompt, SmolLM2 and the
+    1.1B shapes, each with its verdict over the rounds; none where it was not measured with a peer beside it."""
     from .. import generation  # (TVM and torch, as in answer)
 
     def verdicts(rows: dict, prompt: dict | None) -> str:
-        if generation.LLAMA_CPP not in rows:
-            return ""
-        out = f"decoding {generation.verdict(rows[generation.TVM], rows[generation.LLAMA_CPP])}"
-        if prompt and generation.LLAMA_CPP in prompt:
-            out += (f", the prompt of {prompt[generation.TVM]['prompt_tokens']} tokens "
-                    f"{generation.verdict(prompt[generation.TVM], prompt[generation.LLAMA_CPP], 'first')}")
-        return out
+        out = []
+        for peer in (generation.LLAMA_CPP, generation.OPENVINO_GENAI):
+            if peer not in rows:
+                continue
+            said = f"decoding {generation.verdict(rows[generation.TVM], rows[peer])}"
+            if prompt and peer in prompt:
+                said += (f", the prompt of {prompt[generation.TVM]['prompt_tokens']} tokens "
+                         f"{generation.verdict(prompt[generation.TVM], prompt[peer], 'first')}")
+            out.append(f"against {peer.split(' (')[0]} {said}")
+        return "; ".join(out)
 
     clauses = []
     for table in tables:
@@ -136,8 +139,8 @@ def llm_lines(tables: list[dict], results: Path) -> list[str]:
                        + (f"; at TinyLlama-1.1B's shapes (random weights) {large}" if large else "") + ".")
     if not clauses:
         return []
-    return ["- **A real LLM** (Day 15: SmolLM2-135M in 4-bit groups, TVM's own kernels) against llama.cpp on the same "
-            "file (above 1 is faster):", *clauses]
+    return ["- **A real LLM** (Day 15: SmolLM2-135M in 4-bit groups, TVM's own kernels) against the engines people "
+            "run such files with, each on the same file (above 1 is faster):", *clauses]
 
 
 def _listed(names: list[str]) -> str:

@@ -12,13 +12,13 @@ against the read bandwidth measured in the same run and PyTorch generating with 
 * the same for a model of TinyLlama-1.1B's shapes (random weights, the course's quantizer, ``LAYERS_1B`` layers: far
   beyond the caches), where bandwidth dominates;
 * whole generations of 64 tokens, as a user waits for them, in rounds: PyTorch (float32 weights dequantized from the
-  file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed 16 tokens a call, ``Decoder.feed``) and
-  llama.cpp where ``llama-cpp-python`` is installed: tokens/s over the whole answer and after the first token,
-  the prompt's time;
-* TVM's step and llama.cpp on a whole model of TinyLlama-1.1B's shapes (``MODEL_1B``: random weights in the same
-  formats, written once to build/models/ by ``shaped_gguf``, 0.7 GB), 32 tokens after a prompt of 30, in rounds;
+  file, its KV cache), TVM's step (``helpers.decoder``: the prompt fed 16 tokens a call, ``Decoder.feed``),
+  llama.cpp where ``llama-cpp-python`` is installed and OpenVINO GenAI (``generation.openvino_genai_engine``) on
+  the same file: tokens/s over the whole answer and after the first token, the prompt's time;
+* TVM's step and the two peers on a whole model of TinyLlama-1.1B's shapes (``MODEL_1B``: random weights in the
+  same formats, written once to build/models/ by ``shaped_gguf``, 0.7 GB), 32 tokens after a prompt of 30, in rounds;
 * the prefill alone on both models: the time to the first token after ``PROMPT_TOKENS`` tokens of real text, TVM
-  and llama.cpp in rounds (llama.cpp made to forget the last prompt each round: ``generation.llama_cpp_engine``).
+  and the peers in rounds (llama.cpp made to forget the last prompt each round: ``generation.llama_cpp_engine``).
 """
 
 from __future__ import annotations
@@ -81,24 +81,29 @@ def shaped_gguf(out: Path, width: int, layers: int, heads: int, kv_heads: int, m
     return out
 
 
+def peers(ids: list[int], new_tokens: int, path: Path | None = None) -> dict:
+    """llama.cpp and OpenVINO GenAI on the same file (None where one is not installed)."""
+    return {generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens, path),
+            generation.OPENVINO_GENAI: generation.openvino_genai_engine(ids, new_tokens, path)}
+
+
 def compared(engines: dict, ids: list[int], repeats: int) -> dict:
-    """``generation.compare``'s rows for the engines that exist here (llama.cpp's is None where it is not
+    """``generation.compare``'s rows for the engines that exist here (a peer's is None where it is not
     installed), each with the prompt's length."""
     rows = generation.compare({name: run for name, run in engines.items() if run is not None}, repeats)
     return {name: {**row, "prompt_tokens": len(ids)} for name, row in rows.items()}
 
 
 def prompt_rows(step: decoder.Decoder, path: Path | None, repeats: int) -> dict:
-    """The prefill: TVM's ``step`` and llama.cpp on the same file, the time to the first token after
+    """The prefill: TVM's ``step`` and the peers on the same file, the time to the first token after
     ``PROMPT_TOKENS`` tokens of real text (``generation.compare``'s rows, two tokens generated)."""
     ids = generation.real_text(PROMPT_TOKENS, llm.tokenizer())
-    engines = {generation.TVM: generation.tvm_engine(step, ids, 2),
-               generation.LLAMA_CPP: generation.llama_cpp_engine(ids, 2, path)}
+    engines = {generation.TVM: generation.tvm_engine(step, ids, 2), **peers(ids, 2, path)}
     return compared(engines, ids, repeats)
 
 
 def generation_rows_1b(new_tokens: int, repeats: int) -> dict:
-    """TVM's step and llama.cpp on ``MODEL_1B`` (kept in build/models/, made once), a prompt of 30 tokens; and
+    """TVM's step and the peers on ``MODEL_1B`` (kept in build/models/, made once), a prompt of 30 tokens; and
     their prefill (``prompt_rows``)."""
     path = llm.REPO / "build" / "models" / "tinyllama-shaped-q4_1.gguf"
     if not path.is_file():
@@ -106,8 +111,7 @@ def generation_rows_1b(new_tokens: int, repeats: int) -> dict:
         shaped_gguf(path.with_suffix(".part"), **MODEL_1B).rename(path)
     ids = list(range(100, 130))
     step = decoder.Decoder(decoder.load_weights(path))
-    engines = {generation.TVM: generation.tvm_engine(step, ids, new_tokens),
-               generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens, path)}
+    engines = {generation.TVM: generation.tvm_engine(step, ids, new_tokens), **peers(ids, new_tokens, path)}
     return {"model": MODEL_1B, "bytes_per_token": llm.bytes_per_token(path), "engines": compared(engines, ids, repeats),
             "prompt": prompt_rows(step, path, repeats)}
 
@@ -118,13 +122,12 @@ def products(matrices: list[qgemv.Q4Matrix], bandwidth_gbs: float, repeats: int)
 
 
 def generation_rows(step: decoder.Decoder, new_tokens: int, repeats: int) -> dict:
-    """Each engine answers ``QUESTION`` greedily (``generation.compare``): PyTorch, TVM's ``step``, llama.cpp if
-    installed."""
+    """Each engine answers ``QUESTION`` greedily (``generation.compare``): PyTorch, TVM's ``step`` and the peers
+    that are installed."""
     tok = llm.tokenizer()
     ids = llm.chat_ids(tok, QUESTION)[0].tolist()
     engines = {generation.PYTORCH: generation.pytorch_engine(llm.reference_model(), ids, new_tokens),
-               generation.TVM: generation.tvm_engine(step, ids, new_tokens),
-               generation.LLAMA_CPP: generation.llama_cpp_engine(ids, new_tokens)}
+               generation.TVM: generation.tvm_engine(step, ids, new_tokens), **peers(ids, new_tokens)}
     return compared(engines, ids, repeats)
 
 
@@ -190,7 +193,7 @@ def verdicts(engines: dict) -> list[str]:
 
 
 def model_1b_table(record: dict) -> list[str]:
-    """TVM and llama.cpp on the random model of TinyLlama-1.1B's shapes: tokens/s and the share of the ceiling."""
+    """TVM and the peers on the random model of TinyLlama-1.1B's shapes: tokens/s and the share of the ceiling."""
     part = record.get("generation_1b")
     if not part:
         return []
