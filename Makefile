@@ -8,6 +8,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(abspath $(VENV))/bin
 READY  := $(VENV)/.course-env-ready
+# llama.cpp, Day 15's second peer (requirements-benchmark.txt), for make benchmark and make test only: pip builds it
+# from source the first time (about 6 minutes on a Zen 4's two cores), then keeps the wheel in its cache.
+PEERS  := $(VENV)/.benchmark-peers-ready
 KERNEL := tvm-course
 # JupyterLab's setting overrides for the course (helpers/instructor/labsettings.py: no news pop-up on first start).
 LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.d/tvm-course.json
@@ -26,6 +29,10 @@ $(READY): requirements.txt requirements-nodeps.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	$(BIN)/python -m pip install --quiet --no-deps -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name $(KERNEL) --display-name "TVM course (Python 3.11)"
+	@touch $@
+
+$(PEERS): requirements-benchmark.txt $(READY)
+	$(BIN)/python -m pip install --quiet -r requirements-benchmark.txt
 	@touch $@
 
 # A rule of its own, so that an environment built before it existed gets it too.
@@ -63,7 +70,7 @@ ifeq ($(wildcard tests/run_suite.py),)
 test:
 	@echo "make test runs the course's test suite, which a class handout does not hold (its tests read the solutions): run the test cells in each notebook to check your work" >&2; exit 1
 else
-test: env browser proxy
+test: env browser proxy $(PEERS)
 	$(BIN)/python tests/run_suite.py $(if $(DAY),--day $(DAY)) $(PYTEST_ARGS)
 endif
 
@@ -75,13 +82,12 @@ site: env
 # Is it actually faster? Eager, torch.compile, TVM untuned and tuned, side by side; kept in results/.
 # Then Day 12's int8 comparison on MobileNetV2 (PyTorch fp32 and int8, TVM fp32 and int8 tuned), and
 # Day 14's small GPT (two tuned prefill buckets and a decoding step against PyTorch), and Day 15's LLM against
-# llama.cpp (requirements-benchmark.txt: built from source the first time, about 15 minutes).
-benchmark: env
+# llama.cpp and OpenVINO GenAI (llama.cpp from requirements-benchmark.txt: $(PEERS) above).
+benchmark: env $(PEERS)
 	$(BIN)/python -m helpers.maintainers.benchmark table $(MODELS)
 	$(BIN)/python -m helpers.maintainers.benchmark int8
 	$(BIN)/python -m helpers.maintainers.benchmark transformer
 	$(BIN)/python -m helpers.maintainers.benchmark transformer-large
-	$(BIN)/python -m pip install --quiet -r requirements-benchmark.txt
 	$(BIN)/python -m helpers.maintainers.llm_roofline
 
 # Day 11's capstone table (operator mix, eager vs tuned TVM, profile shares), kept in results/.

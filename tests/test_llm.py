@@ -273,3 +273,14 @@ def test_openvino_genai_answers_from_the_same_file_as_many_tokens_as_asked():
     for _ in range(2):   # the second run starts afresh: the same work, not a cache of the first answer
         result = run()
         assert result.tokens == 6 and 0 < result.first_s < result.total_s, result
+
+
+def test_llama_cpp_answers_from_the_same_file_as_many_tokens_as_asked():
+    """Day 15's other peer, which `make test` installs (requirements-benchmark.txt): llama.cpp reads SmolLM2's file
+    and answers as many tokens as asked, run after run."""
+    pytest.importorskip("llama_cpp", reason="llama.cpp is not installed: make test installs it "
+                        "(python -m pip install -r requirements-benchmark.txt)")
+    ids = llm.chat_ids(llm.tokenizer(), "What is a compiler?")[0].tolist()
+    run = generation.llama_cpp_engine(ids, 6)
+    first, second = run(), run()
+    assert first.tokens == second.tokens == 6 and 0 < second.first_s < second.total_s, (first, second)
