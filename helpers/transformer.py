@@ -447,6 +447,17 @@ def scheduled_kernels(mod: tvm.IRModule) -> tuple[list[str], list[str]]:
     return sorted(done), sorted(left)
 
 
+def layer_norm_module(rows: int, width: int) -> tvm.IRModule:
+    """One layer norm over ``(1, rows, width)`` as Relax, legalized into its kernel (``layer_norm``), with a weight
+    and a bias: what a decoding step (one row, its token) and a prefill (a row per token) run in every block."""
+    x = relax.Var("x", relax.TensorType([1, rows, width], "float32"))
+    weight, bias = (relax.Var(name, relax.TensorType([width], "float32")) for name in ("weight", "bias"))
+    builder = relax.BlockBuilder()
+    with builder.function("main", [x, weight, bias]):
+        builder.emit_func_output(builder.emit(relax.op.nn.layer_norm(x, weight, bias, axes=[-1])))
+    return relax.transform.LegalizeOps()(builder.get())
+
+
 class DynamicDecode(Decode):
     """``Decode`` for ``torch.compile(dynamic=True)``, with a ``forward`` (a code object) of its own, as
     ``DynamicPrefill``: one graph serves every past length, as a decoding loop needs."""
