@@ -114,9 +114,8 @@ def llama_cpp_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[],
 
 def openvino_genai_engine(ids: list[int], new_tokens: int, path=None) -> Callable[[], Run] | None:
     """The same from OpenVINO GenAI's ``LLMPipeline`` on the same file (SmolLM2's, or ``path``), as many threads, its
-    own defaults otherwise (on a CPU it quantizes each layer's input to 8 bits, as llama.cpp and TVM's step do),
-    each answer started afresh; None where it is not installed. It converts the GGUF file to its own model when it
-    loads (seconds)."""
+    own defaults otherwise, each answer started afresh; None where it is not installed. It converts the GGUF file
+    to its own model when it loads (seconds)."""
     try:
         import openvino as ov
         import openvino_genai
